@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Builds the envtest binaries (kube-apiserver, etcd) from the Go module proxy into a cache dir
+# outside the repository, once per version. Prints the directory on success.
+#
+# The apiserver is built through a throwaway module that requires k8s.io/kubernetes and maps every
+# staging module the way kubernetes' own go.mod does, to the published v0.Y.Z release.
+set -euo pipefail
+
+K8S_VERSION=${K8S_VERSION:-v1.34.4}
+ETCD_VERSION=${ETCD_VERSION:-v3.6.5}
+CACHE_DIR=${S3CSI_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/s3csi}
+dest="$CACHE_DIR/envtest/k8s-$K8S_VERSION-etcd-$ETCD_VERSION"
+
+if [ -x "$dest/kube-apiserver" ] && [ -x "$dest/etcd" ]; then
+  echo "$dest"
+  exit 0
+fi
+mkdir -p "$dest"
+export GOFLAGS=-mod=mod GOWORK=off CGO_ENABLED=0
+
+minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
+staging_version="v0.${K8S_VERSION#v1.}"
+
+if [ ! -x "$dest/kube-apiserver" ]; then
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' EXIT
+  (
+    cd "$work"
+    gomod=$(go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",*$/\1/p')
+    {
+      echo "module s3csi.local/envtest-apiserver"
+      echo
+      echo "go 1.25"
+      echo
+      echo "require k8s.io/kubernetes $K8S_VERSION"
+      echo
+      sed -n 's#^[[:space:]]*\(replace[[:space:]]\+\)\{0,1\}\(k8s.io/[a-z0-9-]*\) => ./staging/src/k8s.io/[a-z0-9-]*$#replace \2 => \2 '"$staging_version"'#p' "$gomod"
+    } > go.mod
+    ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION"
+    ldflags="$ldflags -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
+    ldflags="$ldflags -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION"
+    go build -trimpath -ldflags "$ldflags" -o "$dest/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver
+    mv "$dest/kube-apiserver.tmp" "$dest/kube-apiserver"
+  )
+fi
+
+if [ ! -x "$dest/etcd" ]; then
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' EXIT
+  (
+    cd "$work"
+    cat > go.mod <<MOD
+module s3csi.local/envtest-etcd
+
+go 1.25
+
+require go.etcd.io/etcd/server/v3 $ETCD_VERSION
+MOD
+    cat > main.go <<'GO'
+package main
+
+import (
+	"os"
+
+	"go.etcd.io/etcd/server/v3/etcdmain"
+)
+
+func main() { etcdmain.Main(os.Args) }
+GO
+    go build -trimpath -ldflags "-s -w" -o "$dest/etcd.tmp" .
+    mv "$dest/etcd.tmp" "$dest/etcd"
+  )
+fi
+echo "$dest"

@@ -1,0 +1,133 @@
+package options
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/spf13/pflag"
+)
+
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		name    string
+		modify  func(*Options)
+		wantErr []string
+	}{
+		{name: "the defaults are valid", modify: func(*Options) {}},
+		{name: "several NATS servers are valid", modify: func(o *Options) { o.NATSURL = "nats://a:4222,tls://b:4222" }},
+		{
+			name:   "out of cluster with a Lease namespace is valid",
+			modify: func(o *Options) { o.Kubeconfig = "/k"; o.LeaderElectionNamespace = "s3csi" },
+		},
+		{
+			name:   "out of cluster without leader election is valid",
+			modify: func(o *Options) { o.Kubeconfig = "/k"; o.LeaderElect = false },
+		},
+		{
+			name:    "out of cluster with leader election needs a Lease namespace",
+			modify:  func(o *Options) { o.Kubeconfig = "/k" },
+			wantErr: []string{"--leader-election-namespace"},
+		},
+		{
+			name:    "an invalid Lease namespace is rejected",
+			modify:  func(o *Options) { o.LeaderElectionNamespace = "Not_A_Namespace" },
+			wantErr: []string{"--leader-election-namespace"},
+		},
+		{name: "an empty Mountpoint namespace is rejected", modify: func(o *Options) { o.MountpointNamespace = "" }, wantErr: []string{"--mountpoint-namespace"}},
+		{name: "an invalid Mountpoint namespace is rejected", modify: func(o *Options) { o.MountpointNamespace = "Mount_S3" }, wantErr: []string{"--mountpoint-namespace"}},
+		{name: "an admin address without a port is rejected", modify: func(o *Options) { o.AdminAddr = "localhost" }, wantErr: []string{"--admin-address"}},
+		{name: "a NATS URL without a scheme is rejected", modify: func(o *Options) { o.NATSURL = "localhost:4222" }, wantErr: []string{"--nats-url"}},
+		{name: "an unknown log format is rejected", modify: func(o *Options) { o.Logging.Format = "xml" }, wantErr: []string{"--log-format"}},
+		{
+			name:    "every invalid option is reported at once",
+			modify:  func(o *Options) { o.AdminAddr = ""; o.MountpointNamespace = "" },
+			wantErr: []string{"--admin-address", "--mountpoint-namespace"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv("NATS_URL", "")
+			t.Setenv("MOUNTPOINT_NAMESPACE", "")
+			o := New()
+			tt.modify(o)
+			err := o.Validate()
+			if len(tt.wantErr) == 0 {
+				if err != nil {
+					t.Fatalf("Validate() = %v, want nil", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("Validate() = nil, want an error naming %q", tt.wantErr)
+			}
+			for _, want := range tt.wantErr {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("Validate() = %v, want it to name %q", err, want)
+				}
+			}
+		})
+	}
+}
+
+func TestAddFlags(t *testing.T) {
+	tests := []struct {
+		name string
+		env  map[string]string
+		args []string
+		want func(*Options)
+	}{
+		{
+			name: "without flags or environment the defaults apply",
+			want: func(o *Options) {
+				*o = Options{AdminAddr: ":8082", LeaderElect: true, MountpointNamespace: "mount-s3", Logging: o.Logging}
+			},
+		},
+		{
+			name: "the environment provides the NATS URL and the Mountpoint namespace",
+			env:  map[string]string{"NATS_URL": "nats://env:4222", "MOUNTPOINT_NAMESPACE": "mp-env"},
+			want: func(o *Options) { o.NATSURL = "nats://env:4222"; o.MountpointNamespace = "mp-env" },
+		},
+		{
+			name: "flags override the environment",
+			env:  map[string]string{"NATS_URL": "nats://env:4222", "MOUNTPOINT_NAMESPACE": "mp-env"},
+			args: []string{"--nats-url=nats://flag:4222", "--mountpoint-namespace=mp-flag"},
+			want: func(o *Options) { o.NATSURL = "nats://flag:4222"; o.MountpointNamespace = "mp-flag" },
+		},
+		{
+			name: "every flag is bound to its field",
+			args: []string{
+				"--admin-address=127.0.0.1:9000", "--kubeconfig=/k", "--leader-elect=false",
+				"--leader-election-namespace=s3csi", "--log-format=text", "-v=4",
+			},
+			want: func(o *Options) {
+				o.AdminAddr = "127.0.0.1:9000"
+				o.Kubeconfig = "/k"
+				o.LeaderElect = false
+				o.LeaderElectionNamespace = "s3csi"
+				o.Logging.Format = "text"
+				o.Logging.Verbosity = 4
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv("NATS_URL", "")
+			t.Setenv("MOUNTPOINT_NAMESPACE", "")
+			for k, v := range tt.env {
+				t.Setenv(k, v)
+			}
+			want := New()
+			tt.want(want)
+
+			got := New()
+			fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+			got.AddFlags(fs)
+			if err := fs.Parse(tt.args); err != nil {
+				t.Fatalf("parse flags: %v", err)
+			}
+			if *got != *want {
+				t.Errorf("options = %+v, want %+v", *got, *want)
+			}
+		})
+	}
+}

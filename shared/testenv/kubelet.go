@@ -1,0 +1,57 @@
+package testenv
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/s3csi/s3csi/shared/mppod"
+)
+
+// KubeletDir is a temporary directory laid out like a kubelet root dir (/var/lib/kubelet).
+type KubeletDir struct {
+	// Root stands for /var/lib/kubelet.
+	Root string
+}
+
+// NewKubeletDir lays out a kubelet root dir under parent: pods/, plugins/<driver>/mnt/ and
+// plugins_registry/.
+func NewKubeletDir(parent string) (*KubeletDir, error) {
+	k := &KubeletDir{Root: filepath.Join(parent, "kubelet")}
+	for _, dir := range []string{
+		filepath.Join(k.Root, "pods"),
+		filepath.Join(mppod.PluginDir(k.Root), "mnt"),
+		k.RegistryDir(),
+	} {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return nil, fmt.Errorf("create kubelet dir: %w", err)
+		}
+	}
+	return k, nil
+}
+
+// StartKubeletDir makes a kubelet root dir in the test's temporary directory.
+func StartKubeletDir(t testing.TB) *KubeletDir {
+	t.Helper()
+	k, err := NewKubeletDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// TargetPath is the path kubelet passes to NodePublishVolume for a pod's CSI volume.
+func (k *KubeletDir) TargetPath(podUID, pvName string) string {
+	return filepath.Join(k.Root, "pods", podUID, "volumes", "kubernetes.io~csi", pvName, "mount")
+}
+
+// SourceDir is the FUSE mount point of a Mountpoint Pod.
+func (k *KubeletDir) SourceDir(mountpointPodName string) string {
+	return mppod.SourceDir(k.Root, mountpointPodName)
+}
+
+// RegistryDir is where kubelet looks for plugin registration sockets.
+func (k *KubeletDir) RegistryDir() string {
+	return filepath.Join(k.Root, "plugins_registry")
+}

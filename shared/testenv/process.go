@@ -1,0 +1,115 @@
+package testenv
+
+import (
+	"bufio"
+	"encoding/json"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Process is a service binary started by a test; Done is closed once it has exited.
+type Process struct {
+	Cmd    *exec.Cmd
+	Done   chan struct{}
+	output syncBuffer
+}
+
+// BuildBinary builds the main package in the working directory into a temporary file.
+func BuildBinary(t testing.TB, name string) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), name)
+	out, err := exec.CommandContext(t.Context(), "go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build %s: %v\n%s", name, err, out)
+	}
+	return bin
+}
+
+// StartProcess starts bin with args; the process is killed, if still running, when the test ends.
+func StartProcess(t testing.TB, bin string, args ...string) *Process {
+	t.Helper()
+	// t.Context is canceled before cleanups run, which kills a binary that is still running.
+	p := &Process{Cmd: exec.CommandContext(t.Context(), bin, args...), Done: make(chan struct{})}
+	p.Cmd.Stdout = &p.output
+	p.Cmd.Stderr = &p.output
+	if err := p.Cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", bin, err)
+	}
+	go func() {
+		_ = p.Cmd.Wait() // the exit status is read from ProcessState
+		close(p.Done)
+	}()
+	t.Cleanup(func() { <-p.Done })
+	return p
+}
+
+// Output is what the process wrote to stdout and stderr so far.
+func (p *Process) Output() string { return p.output.String() }
+
+// AdminAddress reads the bound admin address from the "Serving admin endpoints" JSON log line,
+// so tests listen on port 0 instead of guessing a free port.
+func (p *Process) AdminAddress(t testing.TB) string {
+	t.Helper()
+	deadline := time.After(30 * time.Second)
+	for {
+		scanner := bufio.NewScanner(strings.NewReader(p.Output()))
+		for scanner.Scan() {
+			var line struct {
+				Msg     string `json:"msg"`
+				Address string `json:"address"`
+			}
+			if json.Unmarshal(scanner.Bytes(), &line) == nil && line.Msg == "Serving admin endpoints" {
+				return line.Address
+			}
+		}
+		select {
+		case <-p.Done:
+			t.Fatalf("binary exited before serving; output:\n%s", p.Output())
+		case <-deadline:
+			t.Fatalf("no admin address logged within 30s; output:\n%s", p.Output())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// WaitHealthy polls url until it answers 200.
+func WaitHealthy(t testing.TB, url string) {
+	t.Helper()
+	client := &http.Client{Timeout: time.Second}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := client.Get(url)
+		if err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GET %s not 200 within 10s: %v", url, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// StopsCleanlyOnSIGTERM sends SIGTERM and fails the test unless the process exits 0 within
+// timeout, as a rollout needs it to.
+func (p *Process) StopsCleanlyOnSIGTERM(t testing.TB, timeout time.Duration) {
+	t.Helper()
+	if err := p.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatalf("send SIGTERM: %v", err)
+	}
+	select {
+	case <-p.Done:
+	case <-time.After(timeout):
+		t.Fatalf("binary still running %s after SIGTERM; output:\n%s", timeout, p.Output())
+	}
+	if code := p.Cmd.ProcessState.ExitCode(); code != 0 {
+		t.Errorf("exit code = %d, want 0; output:\n%s", code, p.Output())
+	}
+}

@@ -1,0 +1,212 @@
+package testenv
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+)
+
+// S3 is a versitygw server with the posix backend, run as a child process: it checks SigV4, and
+// its objects are plain files under Dir/<bucket>/ that tests can inspect.
+type S3 struct {
+	// Endpoint is the server URL, e.g. http://127.0.0.1:39211.
+	Endpoint string
+	// Region is the region clients sign for.
+	Region string
+	// AccessKey and SecretKey are the root credentials of the server.
+	AccessKey, SecretKey string
+	// Bucket is a bucket created empty when the server started.
+	Bucket string
+	// Dir is the posix backend root.
+	Dir string
+
+	cmd    *exec.Cmd
+	exited chan struct{}
+	output *syncBuffer
+	err    error // set before exited is closed
+}
+
+// StartS3E starts versitygw (built by `make tools`) serving a posix root under dir, with random
+// root credentials, and creates one empty bucket.
+func StartS3E(ctx context.Context, dir string) (*S3, error) {
+	bin, err := toolPath("S3CSI_VERSITYGW", "versitygw")
+	if err != nil {
+		return nil, err
+	}
+	if err := requireExecutable(bin, "make tools"); err != nil {
+		return nil, fmt.Errorf("find versitygw: %w", err)
+	}
+	root := filepath.Join(dir, "s3")
+	if err := os.MkdirAll(root, 0o750); err != nil {
+		return nil, fmt.Errorf("create S3 root: %w", err)
+	}
+	// A free port can be taken between choosing it and versitygw binding it: try a few.
+	var lastErr error
+	for range 3 {
+		s, err := startVersitygw(ctx, bin, root)
+		if err == nil {
+			if err := s.CreateBucket(ctx, "s3csi-test-"+randomHex(4)); err != nil {
+				_ = s.Stop()
+				return nil, err
+			}
+			return s, nil
+		}
+		lastErr = err
+	}
+	return nil, lastErr
+}
+
+// StartS3 starts an S3 server for the test and stops it when the test ends.
+func StartS3(t testing.TB) *S3 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	s, err := StartS3E(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Stop(); err != nil {
+			t.Errorf("stop S3 server: %v", err)
+		}
+	})
+	return s
+}
+
+func startVersitygw(ctx context.Context, bin, root string) (*S3, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	s := &S3{
+		Endpoint:  "http://" + addr,
+		Region:    "us-east-1",
+		AccessKey: "S3CSI" + randomHex(8),
+		SecretKey: randomHex(20),
+		Dir:       root,
+		exited:    make(chan struct{}),
+		output:    &syncBuffer{},
+	}
+	// Credentials go through the environment, not argv, so they do not show in ps.
+	s.cmd = exec.Command(bin, "--port", addr, "--quiet", "posix", root)
+	s.cmd.Env = append(os.Environ(), "ROOT_ACCESS_KEY="+s.AccessKey, "ROOT_SECRET_KEY="+s.SecretKey)
+	s.cmd.Stdout, s.cmd.Stderr = s.output, s.output
+	if err := s.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start versitygw: %w", err)
+	}
+	go func() {
+		s.err = s.cmd.Wait()
+		close(s.exited)
+	}()
+	for {
+		conn, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+		if err == nil {
+			_ = conn.Close()
+			return s, nil
+		}
+		select {
+		case <-s.exited:
+			return nil, fmt.Errorf("start versitygw: exited (%w): %s", s.err, s.output.String())
+		case <-ctx.Done():
+			_ = s.Stop()
+			return nil, fmt.Errorf("start versitygw: not listening on %s: %w", addr, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// Client returns an S3 client for the server signed with the given credentials.
+func (s *S3) Client(accessKey, secretKey string) *s3.Client {
+	return s3.New(s3.Options{
+		BaseEndpoint: aws.String(s.Endpoint),
+		Region:       s.Region,
+		Credentials:  credentials.NewStaticCredentialsProvider(accessKey, secretKey, ""),
+		UsePathStyle: true,
+	})
+}
+
+// RootClient returns an S3 client with the server's root credentials.
+func (s *S3) RootClient() *s3.Client {
+	return s.Client(s.AccessKey, s.SecretKey)
+}
+
+// CreateBucket creates a bucket and makes it the server's Bucket.
+func (s *S3) CreateBucket(ctx context.Context, name string) error {
+	if _, err := s.RootClient().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(name)}); err != nil {
+		return fmt.Errorf("create bucket %q: %w", name, err)
+	}
+	s.Bucket = name
+	return nil
+}
+
+// Stop stops versitygw and waits for it to exit.
+func (s *S3) Stop() error {
+	select {
+	case <-s.exited:
+		return nil
+	default:
+	}
+	if err := s.cmd.Process.Signal(os.Interrupt); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("stop versitygw: %w", err)
+	}
+	select {
+	case <-s.exited:
+	case <-time.After(5 * time.Second):
+		_ = s.cmd.Process.Kill()
+		<-s.exited
+	}
+	return nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("find free port: %w", err)
+	}
+	defer l.Close()
+	addr, ok := l.Addr().(*net.TCPAddr)
+	if !ok {
+		return 0, fmt.Errorf("find free port: %v is not a TCP address", l.Addr())
+	}
+	return addr.Port, nil
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// syncBuffer collects a child process's output for error messages.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

@@ -1,0 +1,111 @@
+package testenv_test
+
+import (
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/smithy-go"
+
+	"github.com/s3csi/s3csi/shared/testenv"
+)
+
+func TestS3(t *testing.T) {
+	srv := testenv.StartS3(t)
+	ctx := t.Context()
+
+	t.Run("an object written with the root credentials is a file on disk and reads back", func(t *testing.T) {
+		_, err := srv.RootClient().PutObject(ctx, &s3.PutObjectInput{
+			Bucket: aws.String(srv.Bucket), Key: aws.String("dir/hello.txt"), Body: strings.NewReader("hello"),
+		})
+		if err != nil {
+			t.Fatalf("put: %v", err)
+		}
+		onDisk, err := os.ReadFile(filepath.Join(srv.Dir, srv.Bucket, "dir", "hello.txt"))
+		if err != nil || string(onDisk) != "hello" {
+			t.Fatalf("file on disk = %q, %v; want hello", onDisk, err)
+		}
+		out, err := srv.RootClient().GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(srv.Bucket), Key: aws.String("dir/hello.txt")})
+		if err != nil {
+			t.Fatalf("get: %v", err)
+		}
+		defer out.Body.Close()
+		if body, _ := io.ReadAll(out.Body); string(body) != "hello" {
+			t.Fatalf("get = %q, want hello", body)
+		}
+	})
+
+	t.Run("a request signed with a wrong secret is refused", func(t *testing.T) {
+		_, err := srv.Client(srv.AccessKey, "wrong-"+srv.SecretKey).ListObjectsV2(ctx,
+			&s3.ListObjectsV2Input{Bucket: aws.String(srv.Bucket)})
+		var apiErr smithy.APIError
+		if !errors.As(err, &apiErr) || apiErr.ErrorCode() != "SignatureDoesNotMatch" {
+			t.Fatalf("list with a wrong secret = %v, want SignatureDoesNotMatch", err)
+		}
+	})
+
+}
+
+func TestEachS3ServerHasItsOwnFreshBucket(t *testing.T) {
+	one, other := testenv.StartS3(t), testenv.StartS3(t)
+	if other.Bucket == one.Bucket || other.Endpoint == one.Endpoint {
+		t.Fatalf("two servers share bucket %q or endpoint %q", other.Bucket, other.Endpoint)
+	}
+	out, err := other.RootClient().ListObjectsV2(t.Context(), &s3.ListObjectsV2Input{Bucket: aws.String(other.Bucket)})
+	if err != nil || len(out.Contents) != 0 {
+		t.Fatalf("new bucket: %v, %v; want empty", out, err)
+	}
+}
+
+func TestKubeletDir(t *testing.T) {
+	k := testenv.StartKubeletDir(t)
+	for _, dir := range []string{filepath.Dir(k.SourceDir("mp-x")), k.RegistryDir(), filepath.Join(k.Root, "pods")} {
+		if info, err := os.Stat(dir); err != nil || !info.IsDir() {
+			t.Errorf("%s: not a directory (%v)", dir, err)
+		}
+	}
+	want := filepath.Join(k.Root, "pods", "uid-1", "volumes", "kubernetes.io~csi", "pv-1", "mount")
+	if got := k.TargetPath("uid-1", "pv-1"); got != want {
+		t.Errorf("TargetPath = %q, want %q", got, want)
+	}
+}
+
+func TestEnvtestVersionsMatchTheBuildScript(t *testing.T) {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	script, err := os.ReadFile(filepath.Join(root, "hack", "envtest-bins.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"K8S_VERSION=${K8S_VERSION:-" + testenv.KubernetesVersion + "}",
+		"ETCD_VERSION=${ETCD_VERSION:-" + testenv.EtcdVersion + "}",
+	} {
+		if !strings.Contains(string(script), want) {
+			t.Errorf("hack/envtest-bins.sh does not contain %q: the test binaries and the script disagree", want)
+		}
+	}
+}
+
+func TestMissingEnvtestBinariesSayHowToBuildThem(t *testing.T) {
+	t.Setenv("KUBEBUILDER_ASSETS", t.TempDir())
+	_, err := testenv.StartAPIServerE()
+	if err == nil || !strings.Contains(err.Error(), "make envtest-bins") {
+		t.Fatalf("StartAPIServerE with no binaries = %v, want an error naming `make envtest-bins`", err)
+	}
+}
+
+func TestMissingVersitygwSaysHowToBuildIt(t *testing.T) {
+	t.Setenv("S3CSI_VERSITYGW", filepath.Join(t.TempDir(), "versitygw"))
+	_, err := testenv.StartS3E(t.Context(), t.TempDir())
+	if err == nil || !strings.Contains(err.Error(), "make tools") {
+		t.Fatalf("StartS3E with no versitygw = %v, want an error naming `make tools`", err)
+	}
+}
