@@ -1,0 +1,77 @@
+package events
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Defaults of StreamConfig.
+const (
+	DefaultMaxAge          = 7 * 24 * time.Hour
+	DefaultReplicas        = 1
+	DefaultDuplicateWindow = 2 * time.Minute
+)
+
+// StreamConfig is what an operator may tune of the S3CSI_EVENTS stream; zero values take the
+// defaults.
+type StreamConfig struct {
+	// MaxAge is how long events are kept for audit and replay (default 7 days).
+	MaxAge time.Duration
+	// Replicas is the number of copies in a NATS cluster (default 1).
+	Replicas int
+	// DuplicateWindow is how long a Nats-Msg-Id is remembered to drop a republished event
+	// (default 2 minutes). Publisher retries stay inside it: keep PublisherOptions in sync.
+	DuplicateWindow time.Duration
+	// Storage is file (default) or memory.
+	Storage jetstream.StorageType
+}
+
+func (c StreamConfig) withDefaults() StreamConfig {
+	if c.MaxAge == 0 {
+		c.MaxAge = DefaultMaxAge
+	}
+	if c.Replicas == 0 {
+		c.Replicas = DefaultReplicas
+	}
+	if c.DuplicateWindow == 0 {
+		c.DuplicateWindow = DefaultDuplicateWindow
+	}
+	return c
+}
+
+// EnsureStream creates the S3CSI_EVENTS stream on s3csi.events.>, or updates it to cfg. It is
+// idempotent, so every service may call it at start-up; the last writer's limits win, so all
+// services should be given the same StreamConfig. Changing Storage of an existing stream is
+// refused by the server.
+//
+// Retention is by limits (age), not work-queue or interest: every event stays for audit and
+// replay whether or not it was consumed. The server refuses messages larger than an event
+// may be (MaxEventSize, plus room for headers), so a consumer never sees one.
+func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) (jetstream.Stream, error) {
+	cfg = cfg.withDefaults()
+	if cfg.MaxAge < 0 || cfg.Replicas < 1 || cfg.DuplicateWindow < 0 || cfg.DuplicateWindow > cfg.MaxAge {
+		return nil, fmt.Errorf("ensure stream %s: invalid config %+v", StreamName, cfg)
+	}
+	s, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        StreamName,
+		Description: "s3csi events (CloudEvents 1.0 JSON), kept for audit and replay",
+		Subjects:    []string{SubjectPrefix + ".>"},
+		Retention:   jetstream.LimitsPolicy,
+		Discard:     jetstream.DiscardOld,
+		MaxAge:      cfg.MaxAge,
+		MaxMsgSize:  MaxEventSize + maxHeaderSize,
+		Replicas:    cfg.Replicas,
+		Duplicates:  cfg.DuplicateWindow,
+		Storage:     cfg.Storage,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ensure stream %s: %w", StreamName, err)
+	}
+	return s, nil
+}
+
+// maxHeaderSize leaves room for Nats-Msg-Id and Content-Type headers in MaxMsgSize.
+const maxHeaderSize = 1 << 10
