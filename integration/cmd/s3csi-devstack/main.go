@@ -22,8 +22,9 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Stdout); err != nil {
+	err := run(ctx, os.Stdout)
+	stop()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "s3csi-devstack:", err)
 		os.Exit(1)
 	}
