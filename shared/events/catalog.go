@@ -13,7 +13,7 @@ import (
 // Type is the CloudEvents type of an event; one per payload message in eventspb.
 type Type string
 
-// The event catalog (DESIGN.md §3). A new version of a payload is a new Type (…v2), never an
+// The event catalog. A new version of a payload is a new Type (…v2), never an
 // incompatible change to an existing one.
 const (
 	TypeWorkloadScheduled      Type = "io.s3csi.workload.scheduled.v1"

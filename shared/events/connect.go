@@ -20,7 +20,7 @@ const (
 
 // Connect returns a connection to the NATS server at url that reconnects forever.
 //
-// Problem: NATS is an accelerator, not a dependency (DESIGN.md §1): a NATS outage, even at
+// Problem: NATS is an accelerator, not a dependency: a NATS outage, even at
 // start-up, must never kill a service.
 // Solution: RetryOnFailedConnect returns a connection even when the server is down, and
 // MaxReconnects(-1) never gives up; publishes made while disconnected are buffered by the

@@ -40,7 +40,7 @@ func (s *service) run(ctx context.Context) error {
 	log := logr.FromContextOrDiscard(ctx)
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return s.admin.Start(ctx) })
-	// Coming with later issues: the CSI Identity and Controller gRPC server and the event
+	// Still to come: the CSI Identity and Controller gRPC server and the event
 	// publisher (volume.created.v1, volume.deleted.v1).
 
 	log.Info("Started csi-controller")

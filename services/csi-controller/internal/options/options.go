@@ -24,7 +24,7 @@ type Options struct {
 	// CSIEndpoint is the unix socket the CSI sidecars (external-provisioner) dial.
 	CSIEndpoint string
 	// NATSURL lists the NATS servers, comma separated. Empty disables events: events are only
-	// hints, so the system stays correct without them (DESIGN.md §1). Defaults to $NATS_URL.
+	// hints, so the system stays correct without them. Defaults to $NATS_URL.
 	NATSURL string
 	// Kubeconfig is a kubeconfig path for running outside a cluster; empty means in-cluster.
 	Kubeconfig string

@@ -43,7 +43,7 @@ func (s *service) run(ctx context.Context) error {
 	log := logr.FromContextOrDiscard(ctx)
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return s.admin.Start(ctx) })
-	// Coming with later issues: the leader-elected sweeps (stale attachments, orphan Mountpoint
+	// Still to come: the leader-elected sweeps (stale attachments, orphan Mountpoint
 	// Pods, leaks), each with its own interval and a wake-up on relevant events, and the event
 	// publisher (attachment.cleaned.v1, mountpoint.needs-unmount.v1).
 

@@ -17,7 +17,7 @@ import (
 )
 
 // DefaultMountpointNamespace is where Mountpoint Pods live unless MOUNTPOINT_NAMESPACE says
-// otherwise; the name is kept from the Scality CSI Driver for S3 v2 (DESIGN.md §1).
+// otherwise; the name is kept from the Scality CSI Driver for S3 v2.
 const DefaultMountpointNamespace = "mount-s3"
 
 // Options configures one janitor process.
@@ -26,7 +26,7 @@ type Options struct {
 	// default port so that all four can run side by side on one development host.
 	AdminAddr string
 	// NATSURL lists the NATS servers, comma separated. Empty disables events: events are only
-	// hints, so the system stays correct without them (DESIGN.md §1). Defaults to $NATS_URL.
+	// hints, so the system stays correct without them. Defaults to $NATS_URL.
 	NATSURL string
 	// Kubeconfig is a kubeconfig path for running outside a cluster; empty means in-cluster.
 	Kubeconfig string

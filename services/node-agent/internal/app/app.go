@@ -41,7 +41,7 @@ func (s *service) run(ctx context.Context) error {
 	log := logr.FromContextOrDiscard(ctx)
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return s.admin.Start(ctx) })
-	// Coming with later issues: the CSI Identity and Node gRPC server, the pod mounter, the
+	// Still to come: the CSI Identity and Node gRPC server, the pod mounter, the
 	// unmount sweep, the taint watcher and the event subscriber for this node's subjects.
 
 	log.Info("Started node-agent")

@@ -28,10 +28,10 @@ type Options struct {
 	// KubeletDir is the kubelet's root directory on the host, under which pod volumes and the
 	// plugin's source mounts live.
 	KubeletDir string
-	// CSIEndpoint is the unix socket the kubelet (through node-driver-registrar) dials.
+	// CSIEndpoint is the unix socket the kubelet dials.
 	CSIEndpoint string
 	// NATSURL lists the NATS servers, comma separated. Empty disables events: events are only
-	// hints, so the system stays correct without them (DESIGN.md §1). Defaults to $NATS_URL.
+	// hints, so the system stays correct without them. Defaults to $NATS_URL.
 	NATSURL string
 	// Kubeconfig is a kubeconfig path for running outside a cluster; empty means in-cluster.
 	Kubeconfig string

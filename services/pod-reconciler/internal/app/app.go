@@ -43,7 +43,7 @@ func (s *service) run(ctx context.Context) error {
 	log := logr.FromContextOrDiscard(ctx)
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return s.admin.Start(ctx) })
-	// Coming with later issues: the controller-runtime manager (leader-elected) running the
+	// Still to come: the controller-runtime manager (leader-elected) running the
 	// workload-pod reconciler, and the event publisher (workload.scheduled.v1,
 	// attachment.assigned.v1, mountpoint.needs-unmount.v1).
 
