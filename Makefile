@@ -38,6 +38,11 @@ build: ## Compile every module (GOWORK=off) and the service binaries into bin/.
 test: tools-test envtest-bins ## Run every module's tests against the real API server, NATS and S3.
 	@for m in $(MODULES); do echo "== test $$m"; (cd $$m && GOWORK=off $(GO) test $(GOTEST_FLAGS) ./...); done
 
+.PHONY: bench
+bench: tools-test envtest-bins ## Run every module's benchmarks against the real components; prints the figures.
+	@for m in $(MODULES); do echo "== bench $$m"; \
+	  (cd $$m && GOWORK=off $(GO) test -run='^$$' -bench=. -benchmem -timeout=60m ./...); done
+
 .PHONY: run
 run: tools-test envtest-bins ## Bring up the local stack (API server, NATS, S3) and print how to reach it.
 	$(GO) run ./integration/cmd/s3csi-devstack

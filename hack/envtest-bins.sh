@@ -17,15 +17,15 @@ if [ -x "$dest/kube-apiserver" ] && [ -x "$dest/etcd" ]; then
 fi
 mkdir -p "$dest"
 export GOFLAGS=-mod=mod GOWORK=off CGO_ENABLED=0
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
 
 minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
 staging_version="v0.${K8S_VERSION#v1.}"
 
 if [ ! -x "$dest/kube-apiserver" ]; then
-  work=$(mktemp -d)
-  trap 'rm -rf "$work"' EXIT
   (
-    cd "$work"
+    mkdir "$work/apiserver" && cd "$work/apiserver"
     gomod=$(go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",*$/\1/p')
     {
       echo "module s3csi.local/envtest-apiserver"
@@ -45,10 +45,8 @@ if [ ! -x "$dest/kube-apiserver" ]; then
 fi
 
 if [ ! -x "$dest/etcd" ]; then
-  work=$(mktemp -d)
-  trap 'rm -rf "$work"' EXIT
   (
-    cd "$work"
+    mkdir "$work/etcd" && cd "$work/etcd"
     cat > go.mod <<MOD
 module s3csi.local/envtest-etcd
 
