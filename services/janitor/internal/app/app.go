@@ -3,54 +3,220 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/go-logr/logr"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/s3csi/s3csi/shared/admin"
+	s3csiv2 "github.com/s3csi/s3csi/shared/api/v2"
+	"github.com/s3csi/s3csi/shared/events"
 
+	"github.com/s3csi/s3csi/services/janitor/internal/cleanup"
 	"github.com/s3csi/s3csi/services/janitor/internal/options"
+)
+
+// Names the janitor is known by on the API server and the bus.
+const (
+	// LeaseName is the leader-election Lease.
+	LeaseName = "s3csi-janitor"
+	// ConsumerName is the durable JetStream consumer; replicas share it.
+	ConsumerName = "janitor"
+	// clientName names the NATS connection in the server's monitoring.
+	clientName = "s3csi-janitor"
+	// eventSource is the CloudEvents source of the janitor's events.
+	eventSource = "/s3csi/janitor"
 )
 
 // Run runs the janitor until ctx is canceled, then stops every component and returns
 // nil; it returns an error when a component fails. It logs through the logr.Logger in ctx,
 // which main builds from opts.Logging and installs for controller-runtime and client-go too.
 //
-// Leader election: required for every cleanup loop (stale attachments, orphan Mountpoint Pods,
-// leaks). Two active replicas could both decide the same object is stale and one could delete
-// what the other just saw reused; the loops will run only on the leader (--leader-elect). The
-// admin endpoint runs on every replica, leader or not, so that probes and scrapes work on
-// standbys too.
+// Leader election: the sweep, the targeted checks and the event consumer run only on the
+// leader (--leader-elect). Two active replicas could both decide the same object is stale and
+// one could delete what the other just saw reused. The admin endpoint, the caches and the
+// event outbox run on every replica, so probes work on standbys and a new leader starts warm.
 func Run(ctx context.Context, opts *options.Options) error {
-	return newService(opts).run(ctx)
+	s, err := newService(opts)
+	if err != nil {
+		return err
+	}
+	return s.run(ctx)
 }
 
-// service holds the janitor's runnables. It is built before it runs so that tests can
-// reach the admin server's bound address when listening on port 0.
+// service holds the janitor's parts. It is built before it runs so that tests can reach the
+// admin server's bound address when listening on port 0, and the metrics.
 type service struct {
-	admin *admin.Server
+	opts    *options.Options
+	admin   *admin.Server
+	metrics *cleanup.Metrics
+	events  *events.OutboxMetrics
 }
 
-func newService(opts *options.Options) *service {
+func newService(opts *options.Options) (*service, error) {
 	reg := admin.NewRegistry()
-	return &service{admin: admin.New(opts.AdminAddr, reg)}
+	eventMetrics, err := events.NewOutboxMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	return &service{opts: opts, admin: admin.New(opts.AdminAddr, reg), metrics: cleanup.NewMetrics(reg), events: eventMetrics}, nil
 }
 
-// run starts every runnable under one errgroup: the first to fail cancels the others, and run
-// returns only once all have stopped, so no goroutine outlives it.
+// run starts the admin server and the manager under one errgroup: the first to fail cancels the
+// other, and run returns only once both have stopped, so no goroutine outlives it.
 func (s *service) run(ctx context.Context) error {
 	log := logr.FromContextOrDiscard(ctx)
+	mgr, nc, err := s.build(ctx, log)
+	if err != nil {
+		return fmt.Errorf("run janitor: %w", err)
+	}
+	if nc != nil {
+		defer nc.Close()
+	}
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return s.admin.Start(ctx) })
-	// Still to come: the leader-elected sweeps (stale attachments, orphan Mountpoint
-	// Pods, leaks), each with its own interval and a wake-up on relevant events, and the event
-	// publisher (attachment.cleaned.v1, mountpoint.needs-unmount.v1).
-
-	log.Info("Started janitor")
+	g.Go(func() error { return mgr.Start(ctx) })
+	log.Info("Started janitor", "dryRun", s.opts.DryRun, "sweepInterval", s.opts.SweepInterval,
+		"leaderElect", s.opts.LeaderElect, "events", nc != nil)
 	if err := g.Wait(); err != nil {
 		return fmt.Errorf("run janitor: %w", err)
 	}
 	log.Info("Stopped janitor")
 	return nil
 }
+
+// build creates the manager with the janitor's runnables, and the NATS connection when events
+// are enabled (the caller closes it after the manager stopped).
+func (s *service) build(ctx context.Context, log logr.Logger) (manager.Manager, *nats.Conn, error) {
+	cfg, err := restConfig(s.opts.Kubeconfig)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg.QPS, cfg.Burst = s.opts.KubeAPIQPS, s.opts.KubeAPIBurst
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, nil, fmt.Errorf("build scheme: %w", err)
+	}
+	if err := s3csiv2.AddToScheme(scheme); err != nil {
+		return nil, nil, fmt.Errorf("build scheme: %w", err)
+	}
+	mgr, err := manager.New(cfg, manager.Options{
+		Scheme:                        scheme,
+		Logger:                        log,
+		Cache:                         cleanup.CacheOptions(),
+		Metrics:                       metricsserver.Options{BindAddress: "0"}, // served by the admin server
+		HealthProbeBindAddress:        "0",
+		LeaderElection:                s.opts.LeaderElect,
+		LeaderElectionID:              LeaseName,
+		LeaderElectionNamespace:       s.opts.LeaderElectionNamespace,
+		LeaderElectionReleaseOnCancel: true,
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("create manager: %w", err)
+	}
+	s.admin.AddReadyCheck(admin.Check{Name: "informer-sync", Fn: func(ctx context.Context) error {
+		if !mgr.GetCache().WaitForCacheSync(ctx) {
+			return errors.New("caches not synced")
+		}
+		return nil
+	}})
+
+	var notify cleanup.Notifier = events.NewOutbox(nil, events.OutboxOptions{}) // discards
+	var nc *nats.Conn
+	var js jetstream.JetStream
+	if s.opts.NATSURL != "" {
+		if nc, js, err = connect(ctx, s.opts.NATSURL, log); err != nil {
+			return nil, nil, err
+		}
+		ob := events.OutboxFor(js, events.OutboxOptions{Source: eventSource, Metrics: s.events, Log: log})
+		notify = ob
+		if err := mgr.Add(everyReplica{ob}); err != nil {
+			nc.Close()
+			return nil, nil, fmt.Errorf("add event outbox: %w", err)
+		}
+	}
+	_, triggers, err := cleanup.Setup(ctx, mgr, s.cleanupConfig(), notify, s.metrics, log)
+	if err == nil && js != nil {
+		err = addConsumer(mgr, js, triggers, log)
+	}
+	if err != nil {
+		if nc != nil {
+			nc.Close()
+		}
+		return nil, nil, err
+	}
+	return mgr, nc, nil
+}
+
+func (s *service) cleanupConfig() cleanup.Config {
+	return cleanup.Config{
+		MountpointNamespace: s.opts.MountpointNamespace,
+		SweepInterval:       s.opts.SweepInterval,
+		StaleAfter:          s.opts.StaleAfter,
+		UnmountGrace:        s.opts.UnmountGrace,
+		NodeGoneGrace:       s.opts.NodeGoneGrace,
+		DryRun:              s.opts.DryRun,
+	}
+}
+
+func connect(ctx context.Context, url string, log logr.Logger) (*nats.Conn, jetstream.JetStream, error) {
+	nc, err := events.Connect(ctx, url, clientName, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, fmt.Errorf("open JetStream: %w", err)
+	}
+	return nc, js, nil
+}
+
+// addConsumer adds the durable consumer of the events that trigger targeted checks. It is a
+// leader-elected runnable: the checks it queues run on the leader only. A new durable starts
+// with new events: old ones describe what the sweep has long handled.
+func addConsumer(mgr manager.Manager, js jetstream.JetStream, triggers *cleanup.Triggers, log logr.Logger) error {
+	cons, err := events.NewConsumer(js, events.ConsumerConfig{
+		Durable:        ConsumerName,
+		FilterSubjects: cleanup.EventSubjects(),
+		DeliverPolicy:  jetstream.DeliverNewPolicy,
+	}, triggers.HandleEvent, log)
+	if err != nil {
+		return fmt.Errorf("create event consumer: %w", err)
+	}
+	if err := mgr.Add(cons); err != nil {
+		return fmt.Errorf("add event consumer: %w", err)
+	}
+	return nil
+}
+
+// restConfig loads the kubeconfig at path, or the in-cluster configuration when path is empty.
+func restConfig(path string) (*rest.Config, error) {
+	var cfg *rest.Config
+	var err error
+	if path != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", path)
+	} else {
+		cfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("load Kubernetes client configuration: %w", err)
+	}
+	cfg.UserAgent = clientName
+	return cfg, nil
+}
+
+// everyReplica runs a runnable on every replica, leader or not.
+type everyReplica struct{ manager.Runnable }
+
+// NeedLeaderElection is false: see everyReplica.
+func (everyReplica) NeedLeaderElection() bool { return false }

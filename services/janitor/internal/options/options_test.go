@@ -3,6 +3,7 @@ package options
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/pflag"
 )
@@ -37,6 +38,12 @@ func TestValidate(t *testing.T) {
 		{name: "an invalid Mountpoint namespace is rejected", modify: func(o *Options) { o.MountpointNamespace = "Mount_S3" }, wantErr: []string{"--mountpoint-namespace"}},
 		{name: "an admin address without a port is rejected", modify: func(o *Options) { o.AdminAddr = "localhost" }, wantErr: []string{"--admin-address"}},
 		{name: "a NATS URL without a scheme is rejected", modify: func(o *Options) { o.NATSURL = "localhost:4222" }, wantErr: []string{"--nats-url"}},
+		{name: "a sub-second sweep interval is rejected", modify: func(o *Options) { o.SweepInterval = time.Millisecond }, wantErr: []string{"--sweep-interval"}},
+		{name: "a zero staleness threshold is rejected", modify: func(o *Options) { o.StaleAfter = 0 }, wantErr: []string{"--stale-after"}},
+		{name: "a negative unmount grace is rejected", modify: func(o *Options) { o.UnmountGrace = -time.Minute }, wantErr: []string{"--unmount-grace"}},
+		{name: "a zero node-gone grace is rejected", modify: func(o *Options) { o.NodeGoneGrace = 0 }, wantErr: []string{"--node-gone-grace"}},
+		{name: "a zero API request rate is rejected", modify: func(o *Options) { o.KubeAPIQPS = 0 }, wantErr: []string{"--kube-api-qps"}},
+		{name: "a zero API burst is rejected", modify: func(o *Options) { o.KubeAPIBurst = 0 }, wantErr: []string{"--kube-api-burst"}},
 		{name: "an unknown log format is rejected", modify: func(o *Options) { o.Logging.Format = "xml" }, wantErr: []string{"--log-format"}},
 		{
 			name:    "every invalid option is reported at once",
@@ -79,7 +86,12 @@ func TestAddFlags(t *testing.T) {
 		{
 			name: "without flags or environment the defaults apply",
 			want: func(o *Options) {
-				*o = Options{AdminAddr: ":8084", LeaderElect: true, MountpointNamespace: "mount-s3", Logging: o.Logging}
+				*o = Options{
+					AdminAddr: ":8084", LeaderElect: true, MountpointNamespace: "mount-s3",
+					SweepInterval: 2 * time.Minute, StaleAfter: 2 * time.Minute,
+					UnmountGrace: 10 * time.Minute, NodeGoneGrace: time.Minute,
+					KubeAPIQPS: 20, KubeAPIBurst: 30, Logging: o.Logging,
+				}
 			},
 		},
 		{
@@ -98,6 +110,8 @@ func TestAddFlags(t *testing.T) {
 			args: []string{
 				"--admin-address=127.0.0.1:9000", "--kubeconfig=/k", "--leader-elect=false",
 				"--leader-election-namespace=s3csi", "--log-format=text", "-v=4",
+				"--sweep-interval=30s", "--stale-after=1m", "--unmount-grace=5m", "--node-gone-grace=20s", "--dry-run",
+				"--kube-api-qps=50", "--kube-api-burst=100",
 			},
 			want: func(o *Options) {
 				o.AdminAddr = "127.0.0.1:9000"
@@ -106,6 +120,13 @@ func TestAddFlags(t *testing.T) {
 				o.LeaderElectionNamespace = "s3csi"
 				o.Logging.Format = "text"
 				o.Logging.Verbosity = 4
+				o.SweepInterval = 30 * time.Second
+				o.StaleAfter = time.Minute
+				o.UnmountGrace = 5 * time.Minute
+				o.NodeGoneGrace = 20 * time.Second
+				o.DryRun = true
+				o.KubeAPIQPS = 50
+				o.KubeAPIBurst = 100
 			},
 		},
 	}
