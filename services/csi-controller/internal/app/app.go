@@ -4,49 +4,144 @@ package app
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/url"
+	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/s3csi/s3csi/shared/admin"
+	"github.com/s3csi/s3csi/shared/events"
+	"github.com/s3csi/s3csi/shared/s3client"
 
+	"github.com/s3csi/s3csi/services/csi-controller/internal/controller"
+	"github.com/s3csi/s3csi/services/csi-controller/internal/csiserver"
+	"github.com/s3csi/s3csi/services/csi-controller/internal/metrics"
 	"github.com/s3csi/s3csi/services/csi-controller/internal/options"
 )
+
+// clientName names the csi-controller's NATS connection.
+const clientName = "s3csi-controller"
 
 // Run runs the csi-controller until ctx is canceled, then stops every component and returns
 // nil; it returns an error when a component fails. It logs through the logr.Logger in ctx,
 // which main builds from opts.Logging and installs for controller-runtime and client-go too.
 //
 // Leader election: none. CreateVolume and DeleteVolume are driven by the external-provisioner
-// sidecar, which elects its own leader, so every replica may serve the CSI Controller service.
+// sidecar, which elects its own leader, so every replica may serve the CSI Controller service;
+// they stay correct side by side because both RPCs are idempotent on the bucket name.
 func Run(ctx context.Context, opts *options.Options) error {
-	return newService(opts).run(ctx)
+	svc, err := newService(opts, logr.FromContextOrDiscard(ctx))
+	if err != nil {
+		return fmt.Errorf("run csi-controller: %w", err)
+	}
+	return svc.run(ctx)
 }
 
 // service holds the csi-controller's runnables. It is built before it runs so that tests can
 // reach the admin server's bound address when listening on port 0.
 type service struct {
-	admin *admin.Server
+	opts     *options.Options
+	admin    *admin.Server
+	csi      *csiserver.Server
+	notifier *controller.Notifier
+	metrics  *metrics.Metrics
 }
 
-func newService(opts *options.Options) *service {
+func newService(opts *options.Options, log logr.Logger) (*service, error) {
 	reg := admin.NewRegistry()
-	return &service{admin: admin.New(opts.AdminAddr, reg)}
+	m := metrics.New(reg)
+	ep := s3client.Endpoint{URL: opts.S3Endpoint, Region: opts.S3Region, CABundle: opts.S3CABundle, PathStyle: opts.S3PathStyle}
+	hc, err := s3client.NewHTTPClient(ep)
+	if err != nil {
+		return nil, fmt.Errorf("build S3 HTTP client: %w", err)
+	}
+	creds := controller.EnvCredentials()
+	if opts.CredentialsDir != "" {
+		creds = controller.DirCredentials(opts.CredentialsDir)
+	}
+	notifier := controller.NewNotifier(nil, opts.EventTimeout, m, log.WithName("events"))
+	ctrl := controller.New(controller.Config{
+		Endpoint: ep, HTTPClient: hc, DriverCredentials: creds, CredentialsCacheTTL: opts.CredentialsCacheTTL,
+		BucketPrefix: opts.BucketPrefix, Metrics: m, Notifier: notifier,
+	})
+	srv := csiserver.New(opts.CSIEndpoint, csiserver.NewIdentity(opts.DriverVersion), ctrl, m, log.WithName("csi"))
+	a := admin.New(opts.AdminAddr, reg)
+	a.AddReadyCheck(
+		admin.Check{Name: "csi-server", Fn: srv.Ready},
+		admin.Check{Name: "s3-endpoint", Fn: reachable(opts.S3Endpoint)},
+	)
+	return &service{opts: opts, admin: a, csi: srv, notifier: notifier, metrics: m}, nil
 }
 
 // run starts every runnable under one errgroup: the first to fail cancels the others, and run
 // returns only once all have stopped, so no goroutine outlives it.
 func (s *service) run(ctx context.Context) error {
 	log := logr.FromContextOrDiscard(ctx)
+	if s.opts.NATSURL != "" {
+		nc, err := events.Connect(ctx, s.opts.NATSURL, clientName, log.WithName("nats"))
+		if err != nil {
+			return fmt.Errorf("run csi-controller: %w", err)
+		}
+		defer nc.Close()
+		if err := s.setUpEvents(nc, log); err != nil {
+			return fmt.Errorf("run csi-controller: %w", err)
+		}
+	}
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return s.admin.Start(ctx) })
-	// Still to come: the CSI Identity and Controller gRPC server and the event
-	// publisher (volume.created.v1, volume.deleted.v1).
+	g.Go(func() error { return s.csi.Start(ctx) })
+	g.Go(func() error { return s.notifier.Start(ctx) })
 
-	log.Info("Started csi-controller")
+	log.Info("Started csi-controller", "s3Endpoint", s.opts.S3Endpoint, "events", s.opts.NATSURL != "")
 	if err := g.Wait(); err != nil {
 		return fmt.Errorf("run csi-controller: %w", err)
 	}
 	log.Info("Stopped csi-controller")
 	return nil
+}
+
+// setUpEvents makes the notifier publish on nc. Events are hints: the connection retries in
+// the background and the stream is set up lazily, so the controller starts and serves while
+// NATS is down.
+func (s *service) setUpEvents(nc *nats.Conn, log logr.Logger) error {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("open JetStream: %w", err)
+	}
+	s.notifier.SetPublisher(events.NewPublisher(js, events.PublisherOptions{Log: log.WithName("events")}))
+	s.notifier.EnsureFirst(func(ctx context.Context) error {
+		_, err := events.EnsureStream(ctx, js, events.StreamConfig{})
+		return err
+	})
+	return nil
+}
+
+// reachable is a readiness check that the S3 endpoint accepts TCP connections. It does not
+// sign a request: each volume may use other credentials, and a credential problem is reported
+// by the RPC that meets it.
+func reachable(endpoint string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		u, err := url.Parse(endpoint)
+		if err != nil {
+			return fmt.Errorf("parse S3 endpoint: %w", err)
+		}
+		host := u.Host
+		if u.Port() == "" {
+			port := "443"
+			if u.Scheme == "http" {
+				port = "80"
+			}
+			host = net.JoinHostPort(u.Hostname(), port)
+		}
+		d := net.Dialer{Timeout: time.Second}
+		conn, err := d.DialContext(ctx, "tcp", host)
+		if err != nil {
+			return fmt.Errorf("reach S3 endpoint %s: %w", host, err)
+		}
+		return conn.Close()
+	}
 }

@@ -3,6 +3,7 @@ package options
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/pflag"
 )
@@ -13,7 +14,18 @@ func TestValidate(t *testing.T) {
 		modify  func(*Options)
 		wantErr []string
 	}{
-		{name: "the defaults are valid", modify: func(*Options) {}},
+		{name: "the defaults with an S3 endpoint are valid", modify: func(*Options) {}},
+		{name: "a missing S3 endpoint is rejected with how to set it", modify: func(o *Options) { o.S3Endpoint = "" }, wantErr: []string{"--s3-endpoint", "AWS_ENDPOINT_URL", "required"}},
+		{name: "an S3 endpoint without a scheme is rejected", modify: func(o *Options) { o.S3Endpoint = "s3.example.com" }, wantErr: []string{"--s3-endpoint"}},
+		{name: "a bucket prefix with capitals is rejected", modify: func(o *Options) { o.BucketPrefix = "CSI-" }, wantErr: []string{"--bucket-prefix"}},
+		{name: "a bucket prefix with a dot is rejected", modify: func(o *Options) { o.BucketPrefix = "csi.s3-" }, wantErr: []string{"--bucket-prefix"}},
+		{name: "a bucket prefix starting with a hyphen is rejected", modify: func(o *Options) { o.BucketPrefix = "-csi" }, wantErr: []string{"--bucket-prefix"}},
+		{name: "a reserved bucket prefix is rejected", modify: func(o *Options) { o.BucketPrefix = "xn--a" }, wantErr: []string{"--bucket-prefix"}},
+		{name: "a long bucket prefix is rejected", modify: func(o *Options) { o.BucketPrefix = strings.Repeat("a", 25) }, wantErr: []string{"--bucket-prefix"}},
+		{name: "an empty bucket prefix is valid", modify: func(o *Options) { o.BucketPrefix = "" }},
+		{name: "a zero credentials cache TTL is rejected", modify: func(o *Options) { o.CredentialsCacheTTL = 0 }, wantErr: []string{"--credentials-cache-ttl"}},
+		{name: "a zero event timeout is rejected", modify: func(o *Options) { o.EventTimeout = 0 }, wantErr: []string{"--event-timeout"}},
+		{name: "an empty driver version is rejected", modify: func(o *Options) { o.DriverVersion = "" }, wantErr: []string{"--driver-version"}},
 		{name: "several NATS servers are valid", modify: func(o *Options) { o.NATSURL = "nats://a:4222, tls://b:4222" }},
 		{name: "an admin address without a port is rejected", modify: func(o *Options) { o.AdminAddr = "localhost" }, wantErr: []string{"--admin-address"}},
 		{name: "a TCP CSI endpoint is rejected", modify: func(o *Options) { o.CSIEndpoint = "tcp://127.0.0.1:10000" }, wantErr: []string{"--csi-endpoint"}},
@@ -30,6 +42,7 @@ func TestValidate(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Setenv("NATS_URL", "")
+			t.Setenv("AWS_ENDPOINT_URL", "https://s3.example.com")
 			o := New()
 			tt.modify(o)
 			err := o.Validate()
@@ -61,7 +74,11 @@ func TestAddFlags(t *testing.T) {
 		{
 			name: "without flags or environment the defaults apply",
 			want: func(o *Options) {
-				*o = Options{AdminAddr: ":8081", CSIEndpoint: "unix:///csi/csi.sock", Logging: o.Logging}
+				*o = Options{
+					AdminAddr: ":8081", CSIEndpoint: "unix:///csi/csi.sock", S3PathStyle: true,
+					CredentialsCacheTTL: DefaultCredentialsCacheTTL, BucketPrefix: DefaultBucketPrefix,
+					DriverVersion: "dev", EventTimeout: DefaultEventTimeout, Logging: o.Logging,
+				}
 			},
 		},
 		{
@@ -76,12 +93,23 @@ func TestAddFlags(t *testing.T) {
 			want: func(o *Options) { o.NATSURL = "nats://flag:4222" },
 		},
 		{
+			name: "AWS_ENDPOINT_URL and AWS_REGION are the S3 defaults",
+			env:  map[string]string{"AWS_ENDPOINT_URL": "https://env.example.com", "AWS_REGION": "eu-west-1"},
+			want: func(o *Options) { o.S3Endpoint = "https://env.example.com"; o.S3Region = "eu-west-1" },
+		},
+		{
 			name: "every flag is bound to its field",
 			args: []string{
 				"--admin-address=127.0.0.1:9000", "--csi-endpoint=unix:///tmp/c.sock",
 				"--kubeconfig=/k", "--log-format=text", "-v=4",
+				"--s3-endpoint=https://s3.example.com", "--s3-region=r1", "--s3-ca-bundle=/ca.pem", "--s3-path-style=false",
+				"--credentials-dir=/creds", "--credentials-cache-ttl=1m", "--bucket-prefix=pv-", "--driver-version=v2.0.0",
+				"--event-timeout=3s",
 			},
 			want: func(o *Options) {
+				o.S3Endpoint, o.S3Region, o.S3CABundle, o.S3PathStyle = "https://s3.example.com", "r1", "/ca.pem", false
+				o.CredentialsDir, o.CredentialsCacheTTL, o.BucketPrefix, o.DriverVersion = "/creds", time.Minute, "pv-", "v2.0.0"
+				o.EventTimeout = 3 * time.Second
 				o.AdminAddr = "127.0.0.1:9000"
 				o.CSIEndpoint = "unix:///tmp/c.sock"
 				o.Kubeconfig = "/k"
@@ -93,6 +121,8 @@ func TestAddFlags(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Setenv("NATS_URL", "")
+			t.Setenv("AWS_ENDPOINT_URL", "")
+			t.Setenv("AWS_REGION", "")
 			for k, v := range tt.env {
 				t.Setenv(k, v)
 			}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,7 +15,19 @@ import (
 // TestBinaryStopsCleanlyOnSIGTERM runs the real binary the way the kubelet does: it must come up
 // healthy and exit 0 promptly on SIGTERM, or a rollout would wait out the grace period.
 func TestBinaryStopsCleanlyOnSIGTERM(t *testing.T) {
-	p := testenv.StartProcess(t, testenv.BuildBinary(t, binary), "--admin-address=127.0.0.1:0", "--node-name=node-a")
+	api := testenv.StartAPIServer(t)
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := api.Kubeconfig(kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	// Short dirs: unix socket paths hold at most 107 bytes.
+	dir, err := os.MkdirTemp("", "na")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	p := testenv.StartProcess(t, testenv.BuildBinary(t, binary), "--admin-address=127.0.0.1:0", "--node-name=node-a",
+		"--kubeconfig="+kubeconfig, "--kubelet-dir="+dir, "--csi-endpoint=unix://"+filepath.Join(dir, "csi.sock"), "--nats-url=")
 	testenv.WaitHealthy(t, "http://"+p.AdminAddress(t)+"/healthz")
 	p.StopsCleanlyOnSIGTERM(t, 5*time.Second)
 }

@@ -3,15 +3,40 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"path/filepath"
+	"strings"
 
 	"github.com/go-logr/logr"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/s3csi/s3csi/shared/admin"
+	s3csiv2 "github.com/s3csi/s3csi/shared/api/v2"
+	"github.com/s3csi/s3csi/shared/events"
+	"github.com/s3csi/s3csi/shared/mppod"
 
+	"github.com/s3csi/s3csi/services/node-agent/internal/attach"
+	"github.com/s3csi/s3csi/services/node-agent/internal/cleanup"
+	"github.com/s3csi/s3csi/services/node-agent/internal/csi"
+	"github.com/s3csi/s3csi/services/node-agent/internal/health"
+	"github.com/s3csi/s3csi/services/node-agent/internal/metrics"
+	"github.com/s3csi/s3csi/services/node-agent/internal/notify"
 	"github.com/s3csi/s3csi/services/node-agent/internal/options"
+	"github.com/s3csi/s3csi/services/node-agent/internal/podwatch"
+	"github.com/s3csi/s3csi/services/node-agent/internal/registration"
+	"github.com/s3csi/s3csi/services/node-agent/internal/taint"
 )
+
+// Version is the driver version reported by GetPluginInfo; set at link time.
+var Version = "dev"
 
 // Run runs the node-agent until ctx is canceled, then stops every component and returns
 // nil; it returns an error when a component fails. It logs through the logr.Logger in ctx,
@@ -21,30 +46,171 @@ import (
 // (--node-name): its CSI Node server, mounter, unmounter and taint watcher must all run on every
 // node at once.
 func Run(ctx context.Context, opts *options.Options) error {
-	return newService(opts).run(ctx)
+	cfg, err := restConfig(opts.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	svc, err := newService(ctx, opts, cfg)
+	if err != nil {
+		return err
+	}
+	return svc.run(ctx)
+}
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("load Kubernetes client configuration: %w", err)
+	}
+	return cfg, nil
 }
 
 // service holds the node-agent's runnables. It is built before it runs so that tests can
 // reach the admin server's bound address when listening on port 0.
 type service struct {
-	admin *admin.Server
+	opts    *options.Options
+	admin   *admin.Server
+	pods    *podwatch.Watcher
+	server  *csi.Server
+	grpc    *csi.GRPCServer
+	cleaner *cleanup.Cleaner
+	health  *health.Monitor
+	reg     *registration.Server
+	taint   *taint.Remover
+	// nc, consumer and emitter are nil when events are disabled.
+	nc       *nats.Conn
+	consumer *events.Consumer
+	emitter  *notify.Emitter
 }
 
-func newService(opts *options.Options) *service {
+func newScheme() (*runtime.Scheme, error) {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, fmt.Errorf("build scheme: %w", err)
+	}
+	if err := s3csiv2.AddToScheme(scheme); err != nil {
+		return nil, fmt.Errorf("build scheme: %w", err)
+	}
+	return scheme, nil
+}
+
+func newService(ctx context.Context, opts *options.Options, cfg *rest.Config) (*service, error) {
+	log := logr.FromContextOrDiscard(ctx)
+	scheme, err := newScheme()
+	if err != nil {
+		return nil, err
+	}
+	// A direct client: a waiting publish must see what an event announces, not a cache's lag.
+	api, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, fmt.Errorf("create API client: %w", err)
+	}
+	pods, err := podwatch.New(cfg, scheme, opts.MountpointNamespace, opts.NodeName)
+	if err != nil {
+		return nil, err
+	}
 	reg := admin.NewRegistry()
-	return &service{admin: admin.New(opts.AdminAddr, reg)}
+	m := metrics.New(reg)
+	waiter := attach.NewWaiter(opts.NodeName, api, opts.AttachmentRereadPeriod, m)
+	locks := csi.NewKeyedMutex()
+	s := &service{opts: opts, admin: admin.New(opts.AdminAddr, reg), pods: pods}
+	s.cleaner = cleanup.New(opts.KubeletDir, pods, locks, opts.CleanupPeriod, m)
+	var sink csi.EventSink
+	if opts.NATSURL != "" {
+		if err := s.connectEvents(ctx, waiter, m, log); err != nil {
+			return nil, err
+		}
+		sink = s.emitter
+	}
+	s.server = csi.NewServer(csi.Config{
+		NodeName: opts.NodeName, DriverVersion: Version, KubeletDir: opts.KubeletDir,
+		MountpointNamespace: opts.MountpointNamespace, DriverCredentials: opts.DriverCredentials,
+		Region: opts.S3Region, EndpointURL: opts.S3EndpointURL,
+	}, waiter, pods, locks, sink, m)
+	s.health = health.New(opts.KubeletDir, opts.NodeName, opts.MountpointNamespace, health.DefaultPeriod, api, sink)
+	s.grpc = csi.NewGRPCServer(opts.CSIEndpoint, s.server, log.WithName("csi"), m)
+	if opts.RegisterWithKubelet {
+		s.reg = registration.New(mppod.DriverName, strings.TrimPrefix(opts.CSIEndpoint, "unix://"),
+			filepath.Join(opts.KubeletDir, "plugins_registry"), log.WithName("registration"))
+	}
+	if opts.RemoveStartupTaint {
+		s.taint = taint.New(api, opts.NodeName, mppod.DriverName)
+	}
+	s.admin.AddReadyCheck(admin.Check{Name: "mountpoint-pods-synced", Fn: func(context.Context) error {
+		if !s.server.Ready() {
+			return errors.New("the Mountpoint Pod watch has not synced yet")
+		}
+		return nil
+	}})
+	return s, nil
+}
+
+// connectEvents sets up the consumer of this node's events and the audit publisher. The
+// connection retries in the background: NATS being down never stops the node-agent.
+func (s *service) connectEvents(ctx context.Context, waiter *attach.Waiter, m *metrics.Metrics, log logr.Logger) error {
+	nc, err := events.Connect(ctx, s.opts.NATSURL, "s3csi-node-agent/"+s.opts.NodeName, log.WithName("nats"))
+	if err != nil {
+		return err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return fmt.Errorf("open JetStream: %w", err)
+	}
+	h := &notify.Handler{Node: s.opts.NodeName, Waker: waiter, Unmount: s.cleaner, Counter: m}
+	consumer, err := events.NewConsumer(js, notify.ConsumerConfig(s.opts.NodeName), h.Handle, log.WithName("events"))
+	if err != nil {
+		nc.Close()
+		return err
+	}
+	s.nc, s.consumer = nc, consumer
+	s.emitter = notify.NewEmitter(events.NewPublisher(js, events.PublisherOptions{Log: log}), log.WithName("events"))
+	return nil
 }
 
 // run starts every runnable under one errgroup: the first to fail cancels the others, and run
 // returns only once all have stopped, so no goroutine outlives it.
 func (s *service) run(ctx context.Context) error {
 	log := logr.FromContextOrDiscard(ctx)
+	if s.nc != nil {
+		defer s.nc.Close()
+	}
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return s.admin.Start(ctx) })
-	// Still to come: the CSI Identity and Node gRPC server, the pod mounter, the
-	// unmount sweep, the taint watcher and the event subscriber for this node's subjects.
+	g.Go(func() error { return s.pods.Start(ctx) })
+	g.Go(func() error { return s.grpc.Start(ctx) })
+	if s.consumer != nil {
+		g.Go(func() error { return s.consumer.Start(ctx) })
+		g.Go(func() error { return s.emitter.Start(ctx) })
+	}
+	g.Go(func() error {
+		// The cleanup and kubelet registration wait for the pod watch: before it synced,
+		// every Mountpoint Pod would look gone.
+		if !s.pods.WaitForCacheSync(ctx) {
+			return nil
+		}
+		s.server.SetReady(true)
+		log.Info("Mountpoint Pod watch synced; serving")
+		sg, sctx := errgroup.WithContext(ctx)
+		sg.Go(func() error { return s.cleaner.Start(sctx) })
+		sg.Go(func() error { return s.health.Start(sctx) })
+		if s.reg != nil {
+			sg.Go(func() error {
+				select {
+				case <-s.grpc.Listening():
+				case <-sctx.Done():
+					return nil
+				}
+				return s.reg.Start(sctx)
+			})
+		}
+		if s.taint != nil {
+			sg.Go(func() error { return s.taint.Start(sctx) })
+		}
+		return sg.Wait()
+	})
 
-	log.Info("Started node-agent")
+	log.Info("Started node-agent", "node", s.opts.NodeName, "events", s.consumer != nil)
 	if err := g.Wait(); err != nil {
 		return fmt.Errorf("run node-agent: %w", err)
 	}

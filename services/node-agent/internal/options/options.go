@@ -9,12 +9,18 @@ import (
 	"os"
 	"path"
 	"strings"
+	"time"
 
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/s3csi/s3csi/shared/admin"
 	"github.com/s3csi/s3csi/shared/logging"
+	"github.com/s3csi/s3csi/shared/mppod"
+
+	"github.com/s3csi/s3csi/services/node-agent/internal/attach"
+	"github.com/s3csi/s3csi/services/node-agent/internal/cleanup"
+	"github.com/s3csi/s3csi/services/node-agent/internal/credentials"
 )
 
 // Options configures one node-agent process.
@@ -35,6 +41,28 @@ type Options struct {
 	NATSURL string
 	// Kubeconfig is a kubeconfig path for running outside a cluster; empty means in-cluster.
 	Kubeconfig string
+	// MountpointNamespace is the namespace of the Mountpoint Pods. Defaults to
+	// $MOUNTPOINT_NAMESPACE, else mount-s3.
+	MountpointNamespace string
+	// AttachmentRereadPeriod is the fallback period at which a waiting NodePublishVolume
+	// re-reads the attachments when no attachment.assigned event wakes it.
+	AttachmentRereadPeriod time.Duration
+	// CleanupPeriod is the period of the sweep that unmounts sources no Mountpoint Pod serves;
+	// the needs-unmount event makes it immediate.
+	CleanupPeriod time.Duration
+	// S3EndpointURL is the S3 endpoint every Mountpoint Pod uses. Defaults to $AWS_ENDPOINT_URL.
+	S3EndpointURL string
+	// S3Region is the S3 region. Defaults to $AWS_REGION, else us-east-1.
+	S3Region string
+	// RegisterWithKubelet serves the kubelet plugin registration socket in
+	// <kubelet-dir>/plugins_registry (no node-driver-registrar sidecar needed).
+	RegisterWithKubelet bool
+	// RemoveStartupTaint removes the node's startup taint once the driver is registered.
+	RemoveStartupTaint bool
+	// DriverCredentials are the driver-level S3 keys, from $AWS_ACCESS_KEY_ID,
+	// $AWS_SECRET_ACCESS_KEY and $AWS_SESSION_TOKEN only: never flags, which show in process
+	// listings.
+	DriverCredentials credentials.Static
 	// Logging holds --log-format and --log-level.
 	Logging logging.Options
 }
@@ -48,8 +76,28 @@ func New() *Options {
 		KubeletDir:  "/var/lib/kubelet",
 		CSIEndpoint: "unix:///var/lib/kubelet/plugins/s3.csi.scality.com/csi.sock",
 		NATSURL:     os.Getenv("NATS_URL"),
-		Logging:     logging.NewOptions(),
+
+		MountpointNamespace:    envOr("MOUNTPOINT_NAMESPACE", mppod.DefaultNamespace),
+		AttachmentRereadPeriod: attach.DefaultFallback,
+		CleanupPeriod:          cleanup.DefaultPeriod,
+		S3EndpointURL:          os.Getenv("AWS_ENDPOINT_URL"),
+		S3Region:               envOr("AWS_REGION", "us-east-1"),
+		RegisterWithKubelet:    true,
+		RemoveStartupTaint:     true,
+		DriverCredentials: credentials.Static{
+			AccessKeyID:     os.Getenv("AWS_ACCESS_KEY_ID"),
+			SecretAccessKey: os.Getenv("AWS_SECRET_ACCESS_KEY"),
+			SessionToken:    os.Getenv("AWS_SESSION_TOKEN"),
+		},
+		Logging: logging.NewOptions(),
 	}
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
 }
 
 // AddFlags registers the options on fs, with the current values as defaults.
@@ -60,6 +108,15 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.CSIEndpoint, "csi-endpoint", o.CSIEndpoint, "CSI gRPC endpoint, unix:///absolute/path")
 	fs.StringVar(&o.NATSURL, "nats-url", o.NATSURL, "NATS server URLs, comma separated; empty disables events (env NATS_URL)")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "path to a kubeconfig; empty uses the in-cluster configuration")
+	fs.StringVar(&o.MountpointNamespace, "mountpoint-namespace", o.MountpointNamespace, "namespace of the Mountpoint Pods (env MOUNTPOINT_NAMESPACE)")
+	fs.DurationVar(&o.AttachmentRereadPeriod, "attachment-reread-period", o.AttachmentRereadPeriod,
+		"fallback period of the attachment re-read while NodePublishVolume waits, when no event arrives")
+	fs.DurationVar(&o.CleanupPeriod, "cleanup-period", o.CleanupPeriod, "period of the sweep that unmounts sources no Mountpoint Pod serves")
+	fs.StringVar(&o.S3EndpointURL, "s3-endpoint-url", o.S3EndpointURL, "S3 endpoint of every Mountpoint Pod (env AWS_ENDPOINT_URL)")
+	fs.StringVar(&o.S3Region, "s3-region", o.S3Region, "S3 region (env AWS_REGION)")
+	fs.BoolVar(&o.RegisterWithKubelet, "register-with-kubelet", o.RegisterWithKubelet, "serve the kubelet plugin registration socket")
+	fs.BoolVar(&o.RemoveStartupTaint, "remove-startup-taint", o.RemoveStartupTaint,
+		"remove the node's s3.csi.scality.com/agent-not-ready taint once the driver is registered")
 	o.Logging.AddFlags(fs)
 }
 
@@ -85,6 +142,24 @@ func (o *Options) Validate() error {
 	if err := validateNATSURL(o.NATSURL); err != nil {
 		errs = append(errs, fmt.Errorf("--nats-url: %w", err))
 	}
+	if errs2 := validation.IsDNS1123Label(o.MountpointNamespace); len(errs2) > 0 {
+		errs = append(errs, fmt.Errorf("--mountpoint-namespace %q is not a namespace name: %s", o.MountpointNamespace, strings.Join(errs2, "; ")))
+	}
+	if o.AttachmentRereadPeriod < 100*time.Millisecond || o.AttachmentRereadPeriod > time.Minute {
+		errs = append(errs, fmt.Errorf("--attachment-reread-period must be from 100ms to 1m, got %s", o.AttachmentRereadPeriod))
+	}
+	if o.CleanupPeriod < time.Second {
+		errs = append(errs, fmt.Errorf("--cleanup-period must be at least 1s, got %s", o.CleanupPeriod))
+	}
+	if err := validateEndpointURL(o.S3EndpointURL); err != nil {
+		errs = append(errs, fmt.Errorf("--s3-endpoint-url: %w", err))
+	}
+	if o.S3Region == "" {
+		errs = append(errs, errors.New("--s3-region must not be empty"))
+	}
+	if err := o.DriverCredentials.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("driver credentials from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY: %w", err))
+	}
 	if err := o.Logging.Validate(); err != nil {
 		errs = append(errs, err)
 	}
@@ -97,6 +172,21 @@ func validateUnixEndpoint(endpoint string) error {
 	p, ok := strings.CutPrefix(endpoint, "unix://")
 	if !ok || !path.IsAbs(p) || path.Clean(p) == "/" {
 		return fmt.Errorf("want unix:///absolute/path/to.sock, got %q", endpoint)
+	}
+	return nil
+}
+
+// validateEndpointURL accepts an empty value (the S3 client's default) or an http(s) URL.
+func validateEndpointURL(raw string) error {
+	if raw == "" {
+		return nil
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return fmt.Errorf("parse URL: %w", err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("want http://host[:port] or https://host[:port], got %q", raw)
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package options
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/pflag"
 )
@@ -21,6 +22,13 @@ func TestValidate(t *testing.T) {
 		{name: "a TCP CSI endpoint is rejected", modify: func(o *Options) { o.CSIEndpoint = "tcp://127.0.0.1:10000" }, wantErr: []string{"--csi-endpoint"}},
 		{name: "an admin address without a port is rejected", modify: func(o *Options) { o.AdminAddr = "localhost" }, wantErr: []string{"--admin-address"}},
 		{name: "a NATS URL without a scheme is rejected", modify: func(o *Options) { o.NATSURL = "localhost:4222" }, wantErr: []string{"--nats-url"}},
+		{name: "a zero attachment re-read period is rejected", modify: func(o *Options) { o.AttachmentRereadPeriod = 0 }, wantErr: []string{"--attachment-reread-period"}},
+		{name: "a sub-second cleanup period is rejected", modify: func(o *Options) { o.CleanupPeriod = time.Millisecond }, wantErr: []string{"--cleanup-period"}},
+		{name: "an S3 endpoint without a scheme is rejected", modify: func(o *Options) { o.S3EndpointURL = "s3.example.com" }, wantErr: []string{"--s3-endpoint-url"}},
+		{name: "an invalid mountpoint namespace is rejected", modify: func(o *Options) { o.MountpointNamespace = "Mount_S3" }, wantErr: []string{"--mountpoint-namespace"}},
+		{name: "a malformed driver access key is rejected without showing it", modify: func(o *Options) {
+			o.DriverCredentials.AccessKeyID, o.DriverCredentials.SecretAccessKey = "bad key!", "secret-canary"
+		}, wantErr: []string{"driver credentials"}},
 		{name: "an unknown log format is rejected", modify: func(o *Options) { o.Logging.Format = "xml" }, wantErr: []string{"--log-format"}},
 		{
 			name:    "every invalid option is reported at once",
@@ -35,6 +43,9 @@ func TestValidate(t *testing.T) {
 			o := New()
 			tt.modify(o)
 			err := o.Validate()
+			if err != nil && strings.Contains(err.Error(), "secret-canary") {
+				t.Fatalf("Validate() shows a secret: %v", err)
+			}
 			if len(tt.wantErr) == 0 {
 				if err != nil {
 					t.Fatalf("Validate() = %v, want nil", err)
@@ -64,10 +75,16 @@ func TestAddFlags(t *testing.T) {
 			name: "without flags or environment the defaults apply and the node name is empty",
 			want: func(o *Options) {
 				*o = Options{
-					AdminAddr:   ":8083",
-					KubeletDir:  "/var/lib/kubelet",
-					CSIEndpoint: "unix:///var/lib/kubelet/plugins/s3.csi.scality.com/csi.sock",
-					Logging:     o.Logging,
+					AdminAddr:              ":8083",
+					KubeletDir:             "/var/lib/kubelet",
+					CSIEndpoint:            "unix:///var/lib/kubelet/plugins/s3.csi.scality.com/csi.sock",
+					MountpointNamespace:    "mount-s3",
+					AttachmentRereadPeriod: 2 * time.Second,
+					CleanupPeriod:          time.Minute,
+					S3Region:               "us-east-1",
+					RegisterWithKubelet:    true,
+					RemoveStartupTaint:     true,
+					Logging:                o.Logging,
 				}
 			},
 		},
@@ -87,6 +104,9 @@ func TestAddFlags(t *testing.T) {
 			args: []string{
 				"--admin-address=127.0.0.1:9000", "--kubelet-dir=/k8s/kubelet",
 				"--csi-endpoint=unix:///tmp/n.sock", "--kubeconfig=/k", "--log-format=text", "-v=4",
+				"--mountpoint-namespace=mp", "--attachment-reread-period=3s", "--cleanup-period=5m",
+				"--s3-endpoint-url=https://s3.example.com", "--s3-region=eu-west-1",
+				"--register-with-kubelet=false", "--remove-startup-taint=false",
 			},
 			want: func(o *Options) {
 				o.AdminAddr = "127.0.0.1:9000"
@@ -95,13 +115,22 @@ func TestAddFlags(t *testing.T) {
 				o.Kubeconfig = "/k"
 				o.Logging.Format = "text"
 				o.Logging.Verbosity = 4
+				o.MountpointNamespace = "mp"
+				o.AttachmentRereadPeriod = 3 * time.Second
+				o.CleanupPeriod = 5 * time.Minute
+				o.S3EndpointURL = "https://s3.example.com"
+				o.S3Region = "eu-west-1"
+				o.RegisterWithKubelet = false
+				o.RemoveStartupTaint = false
 			},
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			t.Setenv("NATS_URL", "")
-			t.Setenv("NODE_NAME", "")
+			for _, k := range []string{"NATS_URL", "NODE_NAME", "MOUNTPOINT_NAMESPACE", "AWS_ENDPOINT_URL", "AWS_REGION",
+				"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"} {
+				t.Setenv(k, "")
+			}
 			for k, v := range tt.env {
 				t.Setenv(k, v)
 			}

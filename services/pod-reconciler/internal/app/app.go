@@ -3,52 +3,166 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/go-logr/logr"
-	"golang.org/x/sync/errgroup"
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/s3csi/s3csi/shared/admin"
+	s3csiv2 "github.com/s3csi/s3csi/shared/api/v2"
+	"github.com/s3csi/s3csi/shared/events"
 
+	"github.com/s3csi/s3csi/services/pod-reconciler/internal/metrics"
 	"github.com/s3csi/s3csi/services/pod-reconciler/internal/options"
+	"github.com/s3csi/s3csi/services/pod-reconciler/internal/reconciler"
 )
+
+// leaderElectionID names the Lease the replicas compete for.
+const leaderElectionID = "s3csi-pod-reconciler"
 
 // Run runs the pod-reconciler until ctx is canceled, then stops every component and returns
 // nil; it returns an error when a component fails. It logs through the logr.Logger in ctx,
 // which main builds from opts.Logging and installs for controller-runtime and client-go too.
 //
-// Leader election: required for the reconcile loop that watches workload pods and creates
-// Mountpoint Pods and S3PAs. Two active replicas would race to create them for the same
-// (pod, volume) and publish duplicate events; the loop will run under the controller-runtime
-// manager with leader election on (--leader-elect). The admin endpoint runs on every replica,
-// leader or not, so that probes and scrapes work on standbys too.
+// Leader election: the controllers and their periodic resync run under the controller-runtime
+// manager with leader election (--leader-elect): two active replicas would race to create
+// Mountpoint Pods and S3PAs for the same workload. The caches warm up on every replica, and the
+// admin endpoint and the event publisher run on every replica, leader or not, so that probes
+// and scrapes work on standbys too (a standby publishes nothing: only the leader enqueues).
 func Run(ctx context.Context, opts *options.Options) error {
-	return newService(opts).run(ctx)
+	s, err := newService(ctx, opts)
+	if err != nil {
+		return err
+	}
+	return s.run(ctx)
 }
 
 // service holds the pod-reconciler's runnables. It is built before it runs so that tests can
 // reach the admin server's bound address when listening on port 0.
 type service struct {
-	admin *admin.Server
+	opts    *options.Options
+	admin   *admin.Server
+	mgr     manager.Manager
+	metrics *metrics.Metrics
+	events  *events.OutboxMetrics
 }
 
-func newService(opts *options.Options) *service {
+func newService(ctx context.Context, opts *options.Options) (*service, error) {
 	reg := admin.NewRegistry()
-	return &service{admin: admin.New(opts.AdminAddr, reg)}
+	m, err := metrics.New(reg)
+	if err != nil {
+		return nil, err
+	}
+	eventMetrics, err := events.NewOutboxMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := restConfig(opts.Kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, fmt.Errorf("build scheme: %w", err)
+	}
+	if err := s3csiv2.AddToScheme(scheme); err != nil {
+		return nil, fmt.Errorf("build scheme: %w", err)
+	}
+	mgr, err := manager.New(cfg, manager.Options{
+		Scheme: scheme,
+		Cache:  reconciler.CacheOptions(opts.MountpointNamespace),
+		// One /metrics: the admin server serves controller-runtime's registry next to ours.
+		Metrics:                       metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress:        "0",
+		LeaderElection:                opts.LeaderElect,
+		LeaderElectionID:              leaderElectionID,
+		LeaderElectionNamespace:       opts.LeaderElectionNamespace,
+		LeaderElectionReleaseOnCancel: true,
+		Logger:                        logr.FromContextOrDiscard(ctx),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create controller manager: %w", err)
+	}
+	gatherers := prometheus.Gatherers{reg, ctrlmetrics.Registry}
+	return &service{opts: opts, admin: admin.New(opts.AdminAddr, gatherers), mgr: mgr, metrics: m, events: eventMetrics}, nil
 }
 
-// run starts every runnable under one errgroup: the first to fail cancels the others, and run
-// returns only once all have stopped, so no goroutine outlives it.
+// restConfig loads the kubeconfig at path, or the in-cluster configuration when path is empty.
+func restConfig(path string) (*rest.Config, error) {
+	var cfg *rest.Config
+	var err error
+	if path == "" {
+		cfg, err = rest.InClusterConfig()
+	} else {
+		cfg, err = clientcmd.BuildConfigFromFlags("", path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("load Kubernetes client configuration: %w", err)
+	}
+	if cfg.QPS == 0 {
+		// client-go would throttle to 5 requests/s, a few workloads per second. Like
+		// controller-runtime's own loader, leave the pacing to the API server's priority and
+		// fairness, which every supported Kubernetes version enforces.
+		cfg.QPS = -1
+	}
+	return cfg, nil
+}
+
+// run starts every runnable under one errgroup-like group: the first to fail cancels the
+// others, and run returns only once all have stopped, so no goroutine outlives it.
 func (s *service) run(ctx context.Context) error {
 	log := logr.FromContextOrDiscard(ctx)
-	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return s.admin.Start(ctx) })
-	// Still to come: the controller-runtime manager (leader-elected) running the
-	// workload-pod reconciler, and the event publisher (workload.scheduled.v1,
-	// attachment.assigned.v1, mountpoint.needs-unmount.v1).
+	queue, closeNATS, err := events.OpenOutbox(ctx, s.opts.NATSURL, leaderElectionID, events.OutboxOptions{
+		Size: s.opts.EventQueueSize, Metrics: s.events, Log: log,
+	})
+	if err != nil {
+		return err
+	}
+	defer closeNATS()
+	resources, err := s.opts.MountpointResources()
+	if err != nil {
+		return err
+	}
+	wd, err := reconciler.Setup(ctx, s.mgr, reconciler.Config{
+		MountpointNamespace: s.opts.MountpointNamespace,
+		DriverVersion:       s.opts.DriverVersion,
+		Mountpoint: reconciler.MountpointPodConfig{
+			Image:              s.opts.MountpointImage,
+			ImagePullPolicy:    corev1.PullPolicy(s.opts.MountpointImagePullPolicy),
+			PriorityClassName:  s.opts.MountpointPriorityClassName,
+			ServiceAccountName: s.opts.MountpointServiceAccountName,
+			Resources:          resources,
+		},
+		MaxConcurrentReconciles: s.opts.MaxConcurrentReconciles,
+		ResyncPeriod:            s.opts.ResyncPeriod,
+		// controller-runtime refuses a controller name seen before in the process, to keep
+		// metric series apart. A process runs one manager, and Setup registers each controller
+		// once; the check would only refuse running the service twice in one test binary.
+		SkipNameValidation: true,
+	}, queue, s.metrics)
+	if err != nil {
+		return err
+	}
+	s.admin.AddHealthCheck(admin.Check{Name: "reconcile-progress", Fn: wd.Check(s.opts.StallTimeout)})
+	s.admin.AddReadyCheck(admin.Check{Name: "informers-synced", Fn: func(ctx context.Context) error {
+		if !s.mgr.GetCache().WaitForCacheSync(ctx) {
+			return errors.New("informer caches not synced")
+		}
+		return nil
+	}})
 
-	log.Info("Started pod-reconciler")
-	if err := g.Wait(); err != nil {
+	log.Info("Started pod-reconciler", "leaderElection", s.opts.LeaderElect)
+	err = runAll(ctx, s.admin.Start, s.mgr.Start, queue.Start)
+	if err != nil {
 		return fmt.Errorf("run pod-reconciler: %w", err)
 	}
 	log.Info("Stopped pod-reconciler")

@@ -8,12 +8,24 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/s3csi/s3csi/shared/admin"
 	"github.com/s3csi/s3csi/shared/logging"
+)
+
+// Defaults of the reconciler options.
+const (
+	DefaultMaxConcurrentReconciles = 4
+	DefaultResyncPeriod            = 5 * time.Minute
+	DefaultStallTimeout            = 5 * time.Minute
+	DefaultEventQueueSize          = 10000
+	DefaultMountpointImage         = "s3csi-mounter:dev"
+	DefaultDriverVersion           = "dev"
 )
 
 // DefaultMountpointNamespace is where Mountpoint Pods live unless MOUNTPOINT_NAMESPACE says
@@ -39,6 +51,35 @@ type Options struct {
 	// MountpointNamespace is the namespace of the Mountpoint Pods. Defaults to
 	// $MOUNTPOINT_NAMESPACE, else DefaultMountpointNamespace.
 	MountpointNamespace string
+	// DriverVersion labels the Mountpoint Pods and S3PAs this version creates; Mountpoint Pods
+	// of another version get no new workload, so they drain during an upgrade. Defaults to
+	// $DRIVER_VERSION, else DefaultDriverVersion.
+	DriverVersion string
+	// MaxConcurrentReconciles is the number of concurrent reconciles of each controller.
+	MaxConcurrentReconciles int
+	// ResyncPeriod is the interval of the full resync that re-enqueues every workload,
+	// Mountpoint Pod and S3PA whether or not a watch event arrived.
+	ResyncPeriod time.Duration
+	// StallTimeout is how long work may stay pending without a reconcile finishing before the
+	// liveness check fails and the kubelet restarts the container.
+	StallTimeout time.Duration
+	// EventQueueSize bounds the events waiting to be published; beyond it events are dropped
+	// and counted (consumers fall back to re-reading the API server).
+	EventQueueSize int
+	// MountpointImage runs s3csi-mounter in the Mountpoint Pods. Defaults to
+	// $MOUNTPOINT_IMAGE, else DefaultMountpointImage.
+	MountpointImage string
+	// MountpointImagePullPolicy is Always, IfNotPresent or Never.
+	MountpointImagePullPolicy string
+	// MountpointPriorityClassName, when set, is the Mountpoint Pods' priority class; it must
+	// exist, or the API server refuses the pods.
+	MountpointPriorityClassName string
+	// MountpointServiceAccountName, when set, is the Mountpoint Pods' service account (a
+	// volume's mountpointPodServiceAccountName attribute overrides it).
+	MountpointServiceAccountName string
+	// Mountpoint{CPU,Memory}{Request,Limit} are the mounter container's resources as
+	// Kubernetes quantities; empty sets none. Volume attributes override each one.
+	MountpointCPURequest, MountpointMemoryRequest, MountpointCPULimit, MountpointMemoryLimit string
 	// Logging holds --log-format and --log-level.
 	Logging logging.Options
 }
@@ -51,11 +92,18 @@ func New() *Options {
 		mpNamespace = DefaultMountpointNamespace
 	}
 	return &Options{
-		AdminAddr:           ":8082",
-		NATSURL:             os.Getenv("NATS_URL"),
-		LeaderElect:         true,
-		MountpointNamespace: mpNamespace,
-		Logging:             logging.NewOptions(),
+		AdminAddr:                 ":8082",
+		NATSURL:                   os.Getenv("NATS_URL"),
+		LeaderElect:               true,
+		MountpointNamespace:       mpNamespace,
+		DriverVersion:             envOr("DRIVER_VERSION", DefaultDriverVersion),
+		MaxConcurrentReconciles:   DefaultMaxConcurrentReconciles,
+		ResyncPeriod:              DefaultResyncPeriod,
+		StallTimeout:              DefaultStallTimeout,
+		EventQueueSize:            DefaultEventQueueSize,
+		MountpointImage:           envOr("MOUNTPOINT_IMAGE", DefaultMountpointImage),
+		MountpointImagePullPolicy: string(corev1.PullIfNotPresent),
+		Logging:                   logging.NewOptions(),
 	}
 }
 
@@ -69,6 +117,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"namespace of the leader-election Lease; empty uses the pod's namespace")
 	fs.StringVar(&o.MountpointNamespace, "mountpoint-namespace", o.MountpointNamespace,
 		"namespace of the Mountpoint Pods (env MOUNTPOINT_NAMESPACE)")
+	o.addReconcilerFlags(fs)
 	o.Logging.AddFlags(fs)
 }
 
@@ -96,10 +145,18 @@ func (o *Options) Validate() error {
 	if o.LeaderElect && o.Kubeconfig != "" && o.LeaderElectionNamespace == "" {
 		errs = append(errs, errors.New("--leader-elect with --kubeconfig needs --leader-election-namespace"))
 	}
+	errs = append(errs, o.validateReconciler()...)
 	if err := o.Logging.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
 }
 
 // validateNATSURL accepts an empty value (events disabled) or comma-separated URLs with a scheme
