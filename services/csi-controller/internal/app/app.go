@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/s3csi/s3csi/shared/admin"
@@ -34,7 +32,7 @@ const clientName = "s3csi-controller"
 // sidecar, which elects its own leader, so every replica may serve the CSI Controller service;
 // they stay correct side by side because both RPCs are idempotent on the bucket name.
 func Run(ctx context.Context, opts *options.Options) error {
-	svc, err := newService(opts, logr.FromContextOrDiscard(ctx))
+	svc, err := newService(ctx, opts, logr.FromContextOrDiscard(ctx))
 	if err != nil {
 		return fmt.Errorf("run csi-controller: %w", err)
 	}
@@ -44,16 +42,23 @@ func Run(ctx context.Context, opts *options.Options) error {
 // service holds the csi-controller's runnables. It is built before it runs so that tests can
 // reach the admin server's bound address when listening on port 0.
 type service struct {
-	opts     *options.Options
-	admin    *admin.Server
-	csi      *csiserver.Server
-	notifier *controller.Notifier
-	metrics  *metrics.Metrics
+	opts      *options.Options
+	admin     *admin.Server
+	csi       *csiserver.Server
+	outbox    *events.Outbox
+	closeNATS func()
+	metrics   *metrics.Metrics
 }
 
-func newService(opts *options.Options, log logr.Logger) (*service, error) {
+// newService builds the service. The NATS connection is made here but never waited for: it
+// retries in the background, so the controller starts and serves while NATS is down.
+func newService(ctx context.Context, opts *options.Options, log logr.Logger) (*service, error) {
 	reg := admin.NewRegistry()
 	m := metrics.New(reg)
+	eventMetrics, err := events.NewOutboxMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
 	ep := s3client.Endpoint{URL: opts.S3Endpoint, Region: opts.S3Region, CABundle: opts.S3CABundle, PathStyle: opts.S3PathStyle}
 	hc, err := s3client.NewHTTPClient(ep)
 	if err != nil {
@@ -63,10 +68,15 @@ func newService(opts *options.Options, log logr.Logger) (*service, error) {
 	if opts.CredentialsDir != "" {
 		creds = controller.DirCredentials(opts.CredentialsDir)
 	}
-	notifier := controller.NewNotifier(nil, opts.EventTimeout, m, log.WithName("events"))
+	outbox, closeNATS, err := events.OpenOutbox(ctx, opts.NATSURL, clientName, events.OutboxOptions{
+		Source: controller.EventSource, Metrics: eventMetrics, Log: log.WithName("events"),
+	})
+	if err != nil {
+		return nil, err
+	}
 	ctrl := controller.New(controller.Config{
 		Endpoint: ep, HTTPClient: hc, DriverCredentials: creds, CredentialsCacheTTL: opts.CredentialsCacheTTL,
-		BucketPrefix: opts.BucketPrefix, Metrics: m, Notifier: notifier,
+		BucketPrefix: opts.BucketPrefix, Metrics: m, Notifier: outbox,
 	})
 	srv := csiserver.New(opts.CSIEndpoint, csiserver.NewIdentity(opts.DriverVersion), ctrl, m, log.WithName("csi"))
 	a := admin.New(opts.AdminAddr, reg)
@@ -74,49 +84,24 @@ func newService(opts *options.Options, log logr.Logger) (*service, error) {
 		admin.Check{Name: "csi-server", Fn: srv.Ready},
 		admin.Check{Name: "s3-endpoint", Fn: reachable(opts.S3Endpoint)},
 	)
-	return &service{opts: opts, admin: a, csi: srv, notifier: notifier, metrics: m}, nil
+	return &service{opts: opts, admin: a, csi: srv, outbox: outbox, closeNATS: closeNATS, metrics: m}, nil
 }
 
 // run starts every runnable under one errgroup: the first to fail cancels the others, and run
 // returns only once all have stopped, so no goroutine outlives it.
 func (s *service) run(ctx context.Context) error {
 	log := logr.FromContextOrDiscard(ctx)
-	if s.opts.NATSURL != "" {
-		nc, err := events.Connect(ctx, s.opts.NATSURL, clientName, log.WithName("nats"))
-		if err != nil {
-			return fmt.Errorf("run csi-controller: %w", err)
-		}
-		defer nc.Close()
-		if err := s.setUpEvents(nc, log); err != nil {
-			return fmt.Errorf("run csi-controller: %w", err)
-		}
-	}
+	defer s.closeNATS()
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return s.admin.Start(ctx) })
 	g.Go(func() error { return s.csi.Start(ctx) })
-	g.Go(func() error { return s.notifier.Start(ctx) })
+	g.Go(func() error { return s.outbox.Start(ctx) })
 
 	log.Info("Started csi-controller", "s3Endpoint", s.opts.S3Endpoint, "events", s.opts.NATSURL != "")
 	if err := g.Wait(); err != nil {
 		return fmt.Errorf("run csi-controller: %w", err)
 	}
 	log.Info("Stopped csi-controller")
-	return nil
-}
-
-// setUpEvents makes the notifier publish on nc. Events are hints: the connection retries in
-// the background and the stream is set up lazily, so the controller starts and serves while
-// NATS is down.
-func (s *service) setUpEvents(nc *nats.Conn, log logr.Logger) error {
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return fmt.Errorf("open JetStream: %w", err)
-	}
-	s.notifier.SetPublisher(events.NewPublisher(js, events.PublisherOptions{Log: log.WithName("events")}))
-	s.notifier.EnsureFirst(func(ctx context.Context) error {
-		_, err := events.EnsureStream(ctx, js, events.StreamConfig{})
-		return err
-	})
 	return nil
 }
 

@@ -50,7 +50,7 @@ type running struct {
 
 func start(t *testing.T, opts *options.Options) *running {
 	t.Helper()
-	svc, err := newService(opts, testr.New(t))
+	svc, err := newService(t.Context(), opts, testr.New(t))
 	if err != nil {
 		t.Fatalf("newService() = %v", err)
 	}

@@ -22,7 +22,6 @@ import (
 const (
 	DefaultBucketPrefix        = "csi-s3-"
 	DefaultCredentialsCacheTTL = 5 * time.Minute
-	DefaultEventTimeout        = 2 * time.Second
 	// MaxBucketPrefixLength leaves room in a 63-character bucket name for a readable part of
 	// the volume name and the hash suffix that makes it unique.
 	MaxBucketPrefixLength = 24
@@ -63,9 +62,6 @@ type Options struct {
 	BucketPrefix string
 	// DriverVersion is reported by GetPluginInfo.
 	DriverVersion string
-	// EventTimeout bounds the publication of one event; an event not stored by then is logged
-	// and counted, and the RPC it reports on is not affected.
-	EventTimeout time.Duration
 	// Logging holds --log-format and --log-level.
 	Logging logging.Options
 }
@@ -83,7 +79,6 @@ func New() *Options {
 		CredentialsCacheTTL: DefaultCredentialsCacheTTL,
 		BucketPrefix:        DefaultBucketPrefix,
 		DriverVersion:       "dev",
-		EventTimeout:        DefaultEventTimeout,
 		Logging:             logging.NewOptions(),
 	}
 }
@@ -103,7 +98,6 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.CredentialsCacheTTL, "credentials-cache-ttl", o.CredentialsCacheTTL, "how long an S3 client built for a set of credentials is reused")
 	fs.StringVar(&o.BucketPrefix, "bucket-prefix", o.BucketPrefix, "prefix of the name of every bucket CreateVolume makes")
 	fs.StringVar(&o.DriverVersion, "driver-version", o.DriverVersion, "version reported by GetPluginInfo")
-	fs.DurationVar(&o.EventTimeout, "event-timeout", o.EventTimeout, "bound on publishing one volume.created/volume.deleted event")
 	o.Logging.AddFlags(fs)
 }
 
@@ -127,9 +121,6 @@ func (o *Options) Validate() error {
 	}
 	if o.CredentialsCacheTTL <= 0 {
 		errs = append(errs, fmt.Errorf("--credentials-cache-ttl: want a positive duration, got %s", o.CredentialsCacheTTL))
-	}
-	if o.EventTimeout <= 0 {
-		errs = append(errs, fmt.Errorf("--event-timeout: want a positive duration, got %s", o.EventTimeout))
 	}
 	if o.DriverVersion == "" {
 		errs = append(errs, errors.New("--driver-version: must not be empty"))

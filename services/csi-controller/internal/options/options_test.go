@@ -24,7 +24,6 @@ func TestValidate(t *testing.T) {
 		{name: "a long bucket prefix is rejected", modify: func(o *Options) { o.BucketPrefix = strings.Repeat("a", 25) }, wantErr: []string{"--bucket-prefix"}},
 		{name: "an empty bucket prefix is valid", modify: func(o *Options) { o.BucketPrefix = "" }},
 		{name: "a zero credentials cache TTL is rejected", modify: func(o *Options) { o.CredentialsCacheTTL = 0 }, wantErr: []string{"--credentials-cache-ttl"}},
-		{name: "a zero event timeout is rejected", modify: func(o *Options) { o.EventTimeout = 0 }, wantErr: []string{"--event-timeout"}},
 		{name: "an empty driver version is rejected", modify: func(o *Options) { o.DriverVersion = "" }, wantErr: []string{"--driver-version"}},
 		{name: "several NATS servers are valid", modify: func(o *Options) { o.NATSURL = "nats://a:4222, tls://b:4222" }},
 		{name: "an admin address without a port is rejected", modify: func(o *Options) { o.AdminAddr = "localhost" }, wantErr: []string{"--admin-address"}},
@@ -77,7 +76,7 @@ func TestAddFlags(t *testing.T) {
 				*o = Options{
 					AdminAddr: ":8081", CSIEndpoint: "unix:///csi/csi.sock", S3PathStyle: true,
 					CredentialsCacheTTL: DefaultCredentialsCacheTTL, BucketPrefix: DefaultBucketPrefix,
-					DriverVersion: "dev", EventTimeout: DefaultEventTimeout, Logging: o.Logging,
+					DriverVersion: "dev", Logging: o.Logging,
 				}
 			},
 		},
@@ -104,12 +103,10 @@ func TestAddFlags(t *testing.T) {
 				"--kubeconfig=/k", "--log-format=text", "-v=4",
 				"--s3-endpoint=https://s3.example.com", "--s3-region=r1", "--s3-ca-bundle=/ca.pem", "--s3-path-style=false",
 				"--credentials-dir=/creds", "--credentials-cache-ttl=1m", "--bucket-prefix=pv-", "--driver-version=v2.0.0",
-				"--event-timeout=3s",
 			},
 			want: func(o *Options) {
 				o.S3Endpoint, o.S3Region, o.S3CABundle, o.S3PathStyle = "https://s3.example.com", "r1", "/ca.pem", false
 				o.CredentialsDir, o.CredentialsCacheTTL, o.BucketPrefix, o.DriverVersion = "/creds", time.Minute, "pv-", "v2.0.0"
-				o.EventTimeout = 3 * time.Second
 				o.AdminAddr = "127.0.0.1:9000"
 				o.CSIEndpoint = "unix:///tmp/c.sock"
 				o.Kubeconfig = "/k"

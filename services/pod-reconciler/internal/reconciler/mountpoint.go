@@ -1,0 +1,133 @@
+package reconciler
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	s3csiv2 "github.com/s3csi/s3csi/shared/api/v2"
+	"github.com/s3csi/s3csi/shared/sharingkey"
+)
+
+// mountpointReconciler deletes Mountpoint Pods that finished and replaces the ones that failed
+// (or were evicted) while workloads still need them.
+type mountpointReconciler struct{ *state }
+
+func (r *mountpointReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	pod := &corev1.Pod{}
+	if err := r.client.Get(ctx, req.NamespacedName, pod); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return reconcile.Result{}, fmt.Errorf("get Mountpoint Pod %s: %w", req.Name, err)
+		}
+		// Not cached: created a moment ago, or gone (a drain's eviction deletes it). Only the
+		// API server can tell; replace it if it is gone and workloads still need it.
+		if err := r.live.Get(ctx, req.NamespacedName, pod); err == nil {
+			return reconcile.Result{}, nil
+		} else if !apierrors.IsNotFound(err) {
+			return reconcile.Result{}, fmt.Errorf("get Mountpoint Pod %s: %w", req.Name, err)
+		}
+		return r.replaceIfNeeded(ctx, req.Name, nil, "deleted")
+	}
+	if !isOurMountpointPod(pod, r.cfg.MountpointNamespace) || !podEnded(pod) || pod.DeletionTimestamp != nil {
+		return reconcile.Result{}, nil
+	}
+	cause := string(pod.Status.Phase)
+	if pod.Status.Reason != "" {
+		cause = pod.Status.Reason
+	}
+	if pod.Status.Message != "" {
+		cause += ": " + pod.Status.Message
+	}
+	res, replaced, err := r.replaceIfNeededResult(ctx, pod.Name, pod, cause)
+	if err != nil || replaced {
+		return res, err
+	}
+	// Finished (the normal end after needs-unmount) or failed with nobody to serve.
+	if err := r.deleteMountpointPod(ctx, pod); err != nil {
+		return reconcile.Result{}, err
+	}
+	ctrllog.FromContext(ctx).V(1).Info("Deleted finished Mountpoint Pod", "mountpointPod", pod.Name, "phase", pod.Status.Phase)
+	return reconcile.Result{}, nil
+}
+
+func (r *mountpointReconciler) replaceIfNeeded(ctx context.Context, name string, old *corev1.Pod, cause string) (reconcile.Result, error) {
+	res, _, err := r.replaceIfNeededResult(ctx, name, old, cause)
+	return res, err
+}
+
+// replaceIfNeededResult replaces the Mountpoint Pod name (old, or nil when it is gone) when an
+// S3PA still records active workloads on it; replaced says whether it did (or will retry).
+func (r *mountpointReconciler) replaceIfNeededResult(ctx context.Context, name string, old *corev1.Pod, cause string,
+) (res reconcile.Result, replaced bool, err error) {
+	list := &s3csiv2.MountpointS3PodAttachmentList{}
+	if err := r.client.List(ctx, list, client.MatchingFields{indexMountpointPods: name}); err != nil {
+		return reconcile.Result{}, false, fmt.Errorf("list attachments of Mountpoint Pod %s: %w", name, err)
+	}
+	for i := range list.Items {
+		a := &list.Items[i]
+		_, workloads, err := r.activeWorkloads(ctx, a.Spec.MountpointS3PodAttachments[name])
+		if err != nil {
+			return reconcile.Result{}, false, err
+		}
+		if len(workloads) > 0 {
+			res, err := r.replace(ctx, name, old, a, workloads, cause)
+			return res, true, err
+		}
+	}
+	return reconcile.Result{}, false, nil
+}
+
+// replace deletes a finished Mountpoint Pod that workloads still need (old; nil when it is
+// already gone) and creates a new one of the same name and shape, so the S3PA stays valid, and
+// tells each workload why with a Warning Event. A finished pod is deleted at once by the API
+// server (no kubelet grace period), so the name is free again right away; when it is not yet,
+// the replacement is retried.
+func (r *mountpointReconciler) replace(ctx context.Context, name string, old *corev1.Pod, a *s3csiv2.MountpointS3PodAttachment,
+	workloads []*corev1.Pod, cause string,
+) (reconcile.Result, error) {
+	unlock := r.locks.lock(sharingkey.FromSpec(&a.Spec).String())
+	defer unlock()
+	pv := &corev1.PersistentVolume{}
+	if err := r.client.Get(ctx, client.ObjectKey{Name: a.Spec.PersistentVolumeName}, pv); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return reconcile.Result{}, fmt.Errorf("get PersistentVolume %s: %w", a.Spec.PersistentVolumeName, err)
+		}
+		pv.Name = a.Spec.PersistentVolumeName
+		pv.Spec.CSI = &corev1.CSIPersistentVolumeSource{VolumeHandle: a.Spec.VolumeID}
+	}
+	fresh, err := buildMountpointPod(r.cfg, name, a.Spec.NodeName, pv)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if old != nil {
+		if err := r.deleteMountpointPod(ctx, old); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	if err := r.client.Create(ctx, fresh); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			if old == nil {
+				return reconcile.Result{}, nil // someone (an earlier reconcile) replaced it already
+			}
+			return reconcile.Result{RequeueAfter: replaceRetry}, nil
+		}
+		return reconcile.Result{}, fmt.Errorf("create replacement Mountpoint Pod %s: %w", fresh.Name, err)
+	}
+	r.mpPods.put(fresh)
+	r.m.MountpointPodsCreatedTotal.Inc()
+	r.m.MountpointPodsReplacedTotal.Inc()
+	for _, w := range workloads {
+		r.recorder.Eventf(w, corev1.EventTypeWarning, "MountpointPodReplaced",
+			"Mountpoint Pod %s/%s serving volume %s ended (%s) and was replaced; if the volume reports "+
+				"\"transport endpoint is not connected\", restart this pod", fresh.Namespace, name,
+			a.Spec.PersistentVolumeName, cause)
+	}
+	ctrllog.FromContext(ctx).Info("Replaced Mountpoint Pod", "mountpointPod", name, "cause", cause,
+		"workloads", len(workloads), "volume", a.Spec.PersistentVolumeName, "node", a.Spec.NodeName)
+	return reconcile.Result{}, nil
+}

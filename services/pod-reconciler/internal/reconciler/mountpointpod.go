@@ -1,0 +1,183 @@
+package reconciler
+
+import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/utils/ptr"
+
+	s3csiv2 "github.com/s3csi/s3csi/shared/api/v2"
+	"github.com/s3csi/s3csi/shared/mppod"
+	"github.com/s3csi/s3csi/shared/volumecontext"
+)
+
+// Labels and annotations of Mountpoint Pods, besides s3csiv2.LabelDriverVersion.
+const (
+	LabelManagedBy      = "app.kubernetes.io/managed-by"
+	LabelComponent      = "app.kubernetes.io/component"
+	ManagedByValue      = "s3csi-pod-reconciler"
+	ComponentMountpoint = "mountpoint"
+	// LabelVolumeName and LabelVolumeID carry the PV name and volumeHandle when they are valid
+	// label values (at most 63 characters); the annotations of the same names always do.
+	LabelVolumeName = "s3.csi.scality.com/volume-name"
+	LabelVolumeID   = "s3.csi.scality.com/volume-id"
+)
+
+// Fixed parts of the Mountpoint Pod.
+const (
+	mounterContainerName = "mountpoint"
+	// mounterCommand is the Mountpoint Pod's entrypoint, built by the node-agent module.
+	mounterCommand = "/s3csi-mounter"
+	// commMountPath is where the comm emptyDir is mounted in the mounter container.
+	commMountPath = "/comm"
+	// mounterUID is the unprivileged user the mounter runs as (the FUSE device is opened and
+	// mounted by the node-agent, so the mounter needs no privilege).
+	mounterUID = 1000
+)
+
+// mounterArgs starts s3csi-mounter in socket mode: it serves mount.sock in the comm dir and
+// waits for the node-agent to send the FUSE fd, bucket, arguments and environment. The
+// handshake's own flags are the mounter's to define; this is the only one the pod sets.
+func mounterArgs() []string { return []string{"--comm-dir=" + commMountPath} }
+
+// buildMountpointPod returns the Mountpoint Pod name for the volume pv on node.
+//
+// It passes the restricted Pod Security Standard (non-root, no privilege escalation, all
+// capabilities dropped, RuntimeDefault seccomp), is bound to the node by required node
+// affinity (so the scheduler still accounts for its resources), tolerates every taint (it
+// must run wherever the workload runs, even on a node being drained) and mounts no service
+// account token (it never calls the API server).
+func buildMountpointPod(cfg Config, name, node string, pv *corev1.PersistentVolume) (*corev1.Pod, error) {
+	attrs := map[string]string{}
+	if pv.Spec.CSI != nil {
+		attrs = pv.Spec.CSI.VolumeAttributes
+	}
+	resources, err := mounterResources(cfg.Mountpoint.Resources, attrs)
+	if err != nil {
+		return nil, fmt.Errorf("build Mountpoint Pod for PersistentVolume %s: %w", pv.Name, err)
+	}
+	serviceAccount := cfg.Mountpoint.ServiceAccountName
+	if sa := attrs[volumecontext.KeyMountpointPodServiceAccountName]; sa != "" {
+		serviceAccount = sa
+	}
+	volumeID := ""
+	if pv.Spec.CSI != nil {
+		volumeID = pv.Spec.CSI.VolumeHandle
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        name,
+			Namespace:   cfg.MountpointNamespace,
+			Labels:      mountpointLabels(cfg.DriverVersion, pv.Name, volumeID),
+			Annotations: map[string]string{LabelVolumeName: pv.Name, LabelVolumeID: volumeID},
+		},
+		Spec: corev1.PodSpec{
+			RestartPolicy:                corev1.RestartPolicyOnFailure,
+			PriorityClassName:            cfg.Mountpoint.PriorityClassName,
+			ServiceAccountName:           serviceAccount,
+			AutomountServiceAccountToken: ptr.To(false),
+			Affinity:                     nodeAffinity(node),
+			Tolerations:                  []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+			SecurityContext: &corev1.PodSecurityContext{
+				RunAsNonRoot:   ptr.To(true),
+				RunAsUser:      ptr.To[int64](mounterUID),
+				RunAsGroup:     ptr.To[int64](mounterUID),
+				FSGroup:        ptr.To[int64](mounterUID),
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
+			Containers: []corev1.Container{{
+				Name:            mounterContainerName,
+				Image:           cfg.Mountpoint.Image,
+				ImagePullPolicy: cfg.Mountpoint.ImagePullPolicy,
+				Command:         []string{mounterCommand},
+				Args:            mounterArgs(),
+				Resources:       resources,
+				SecurityContext: &corev1.SecurityContext{
+					RunAsNonRoot:             ptr.To(true),
+					AllowPrivilegeEscalation: ptr.To(false),
+					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+					SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+				},
+				VolumeMounts: []corev1.VolumeMount{{Name: mppod.CommVolumeName, MountPath: commMountPath}},
+			}},
+			Volumes: []corev1.Volume{{
+				Name: mppod.CommVolumeName,
+				VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
+					Medium:    corev1.StorageMediumMemory,
+					SizeLimit: ptr.To(resource.MustParse(fmt.Sprintf("%dMi", mppod.CommDirSizeMiB))),
+				}},
+			}},
+		},
+	}
+	return pod, nil
+}
+
+func mountpointLabels(version, pvName, volumeID string) map[string]string {
+	labels := map[string]string{
+		s3csiv2.LabelDriverVersion: version,
+		LabelManagedBy:             ManagedByValue,
+		LabelComponent:             ComponentMountpoint,
+	}
+	if len(validation.IsValidLabelValue(pvName)) == 0 {
+		labels[LabelVolumeName] = pvName
+	}
+	if len(validation.IsValidLabelValue(volumeID)) == 0 {
+		labels[LabelVolumeID] = volumeID
+	}
+	return labels
+}
+
+func nodeAffinity(node string) *corev1.Affinity {
+	return &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+		RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+			NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+				MatchFields: []corev1.NodeSelectorRequirement{{
+					Key: metav1.ObjectNameField, Operator: corev1.NodeSelectorOpIn, Values: []string{node},
+				}},
+			}},
+		},
+	}}
+}
+
+// mounterResources is base with each value a volume attribute sets replaced.
+func mounterResources(base corev1.ResourceRequirements, attrs map[string]string) (corev1.ResourceRequirements, error) {
+	out := *base.DeepCopy()
+	for key, set := range map[string]func(resource.Quantity){
+		volumecontext.KeyMountpointContainerResourcesRequestsCPU:    func(q resource.Quantity) { setQuantity(&out.Requests, corev1.ResourceCPU, q) },
+		volumecontext.KeyMountpointContainerResourcesRequestsMemory: func(q resource.Quantity) { setQuantity(&out.Requests, corev1.ResourceMemory, q) },
+		volumecontext.KeyMountpointContainerResourcesLimitsCPU:      func(q resource.Quantity) { setQuantity(&out.Limits, corev1.ResourceCPU, q) },
+		volumecontext.KeyMountpointContainerResourcesLimitsMemory:   func(q resource.Quantity) { setQuantity(&out.Limits, corev1.ResourceMemory, q) },
+	} {
+		v, ok := attrs[key]
+		if !ok || v == "" {
+			continue
+		}
+		q, err := resource.ParseQuantity(v)
+		if err != nil {
+			return out, fmt.Errorf("volume attribute %s: %w", key, err)
+		}
+		set(q)
+	}
+	return out, nil
+}
+
+func setQuantity(list *corev1.ResourceList, name corev1.ResourceName, q resource.Quantity) {
+	if *list == nil {
+		*list = corev1.ResourceList{}
+	}
+	(*list)[name] = q
+}
+
+// isOurMountpointPod reports whether pod is a Mountpoint Pod this service manages.
+func isOurMountpointPod(pod *corev1.Pod, namespace string) bool {
+	return pod.Namespace == namespace && pod.Labels[LabelManagedBy] == ManagedByValue &&
+		pod.Labels[LabelComponent] == ComponentMountpoint
+}
+
+// podEnded reports whether a pod has finished for good.
+func podEnded(pod *corev1.Pod) bool {
+	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+}

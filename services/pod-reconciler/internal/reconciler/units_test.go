@@ -1,0 +1,153 @@
+package reconciler
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	s3csiv2 "github.com/s3csi/s3csi/shared/api/v2"
+	"github.com/s3csi/s3csi/shared/fixture"
+)
+
+func TestWatchdog(t *testing.T) {
+	now := time.Unix(1000, 0)
+	w := newWatchdog()
+	w.now = func() time.Time { return now }
+	w.progress()
+	q := w.newQueue("test", workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
+	defer q.ShutDown()
+	check := w.Check(time.Minute)
+
+	now = now.Add(time.Hour)
+	if err := check(context.Background()); err != nil {
+		t.Errorf("an idle reconciler fails liveness: %v", err)
+	}
+	q.Add(reconcile.Request{})
+	now = now.Add(30 * time.Second)
+	if err := check(context.Background()); err != nil {
+		t.Errorf("pending work younger than the stall timeout fails liveness: %v", err)
+	}
+	now = now.Add(time.Minute)
+	if err := check(context.Background()); err == nil || !strings.Contains(err.Error(), "pending") {
+		t.Errorf("pending work without progress passes liveness: %v", err)
+	}
+	w.progress()
+	if err := check(context.Background()); err != nil {
+		t.Errorf("after progress liveness fails: %v", err)
+	}
+}
+
+func TestRecentWritesOverlay(t *testing.T) {
+	now := time.Unix(1000, 0)
+	r := newRecentWrites[*s3csiv2.MountpointS3PodAttachment](time.Minute)
+	r.now = func() time.Time { return now }
+	all := func(*s3csiv2.MountpointS3PodAttachment) bool { return true }
+	cachedOld := fixture.S3PA("a", "n", "pv")
+	cachedOld.ResourceVersion = "1"
+	gone := fixture.S3PA("gone", "n", "pv")
+
+	written := cachedOld.DeepCopy()
+	written.ResourceVersion = "2"
+	r.put(written)
+	r.put(fixture.S3PA("new", "n", "pv"))
+	r.tombstone("", "gone")
+
+	got := r.overlay([]*s3csiv2.MountpointS3PodAttachment{cachedOld, gone}, all)
+	names := map[string]string{}
+	for _, a := range got {
+		names[a.Name] = a.ResourceVersion
+	}
+	if len(names) != 2 || names["a"] != "2" || names["new"] != "" {
+		t.Errorf("overlay = %v, want a at resourceVersion 2 and new, without gone", names)
+	}
+	now = now.Add(2 * time.Minute)
+	got = r.overlay([]*s3csiv2.MountpointS3PodAttachment{cachedOld, gone}, all)
+	if len(got) != 2 || got[0].ResourceVersion != "1" {
+		t.Errorf("after the TTL the cache must win, got %d objects", len(got))
+	}
+}
+
+func TestKeyLocksSerializeOneKeyOnly(t *testing.T) {
+	k := newKeyLocks()
+	unlockA := k.lock("a")
+	done := make(chan struct{})
+	go func() {
+		unlockB := k.lock("b") // another key: not blocked
+		unlockB()
+		unlockA2 := k.lock("a")
+		unlockA2()
+		close(done)
+	}()
+	time.Sleep(50 * time.Millisecond)
+	select {
+	case <-done:
+		t.Fatal("a second holder of key a got the lock while the first held it")
+	default:
+	}
+	unlockA()
+	<-done
+	var wg sync.WaitGroup
+	for range 10 {
+		wg.Go(func() { k.lock("c")() })
+	}
+	wg.Wait()
+	if len(k.locks) != 0 {
+		t.Errorf("%d lock entries left after every holder unlocked", len(k.locks))
+	}
+}
+
+func TestStripPodKeepsOnlyWhatTheControllersRead(t *testing.T) {
+	pod := fixture.Pod("app", fixture.WithClaim("data", "claim"), fixture.WithEmptyDir("tmp"), fixture.WithFSGroup(7),
+		fixture.WithLabels(map[string]string{"app": "x"}), fixture.OnNode("n"))
+	pod.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}
+	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady}, {Type: corev1.PodScheduled, Status: corev1.ConditionTrue}}
+	out, err := stripPod("mount-s3")(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := out.(*corev1.Pod)
+	if len(got.Spec.Containers) != 0 || len(got.ManagedFields) != 0 || len(got.Labels) != 0 {
+		t.Errorf("containers, managed fields or labels of a workload kept: %+v", got)
+	}
+	if len(got.Spec.Volumes) != 1 || got.Spec.Volumes[0].PersistentVolumeClaim == nil || got.Spec.NodeName != "n" ||
+		*got.Spec.SecurityContext.FSGroup != 7 {
+		t.Errorf("claim volume, node or fsGroup lost: %+v", got.Spec)
+	}
+	if len(got.Status.Conditions) != 1 || got.Status.Conditions[0].Type != corev1.PodScheduled {
+		t.Errorf("conditions %v, want only PodScheduled", got.Status.Conditions)
+	}
+	pod.Namespace = "mount-s3"
+	out, _ = stripPod("mount-s3")(pod)
+	if out.(*corev1.Pod).Labels["app"] != "x" {
+		t.Error("labels of a pod in the Mountpoint namespace dropped")
+	}
+}
+
+func TestMountpointPodResourcesFromVolumeAttributes(t *testing.T) {
+	cfg := Config{MountpointNamespace: "mount-s3", DriverVersion: "v1", Mountpoint: MountpointPodConfig{Image: "img",
+		Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resourceMust("100m")}}}}
+	pv := fixture.PV("pv", fixture.WithVolumeAttribute("mountpointContainerResourcesLimitsMemory", "1Gi"),
+		fixture.WithVolumeAttribute("mountpointPodServiceAccountName", "mp-sa"))
+	mp, err := buildMountpointPod(cfg, "mp-x", "n", pv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := mp.Spec.Containers[0].Resources
+	if r.Requests.Cpu().String() != "100m" || r.Limits.Memory().String() != "1Gi" || mp.Spec.ServiceAccountName != "mp-sa" {
+		t.Errorf("resources %v, service account %q", r, mp.Spec.ServiceAccountName)
+	}
+	pv = fixture.PV("pv", fixture.WithVolumeAttribute("mountpointContainerResourcesLimitsMemory", "lots"))
+	if _, err := buildMountpointPod(cfg, "mp-x", "n", pv); err == nil {
+		t.Error("an invalid resource attribute was accepted")
+	}
+}
+
+func resourceMust(s string) resource.Quantity { return resource.MustParse(s) }

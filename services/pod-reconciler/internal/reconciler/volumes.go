@@ -1,0 +1,96 @@
+package reconciler
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/s3csi/s3csi/shared/mppod"
+	"github.com/s3csi/s3csi/shared/sharingkey"
+)
+
+// workloadVolume is one s3csi volume of a workload pod.
+type workloadVolume struct {
+	pv  *corev1.PersistentVolume
+	key sharingkey.Key
+}
+
+// hasClaims reports whether the pod mounts any PersistentVolumeClaim.
+func hasClaims(pod *corev1.Pod) bool {
+	for _, v := range pod.Spec.Volumes {
+		if v.PersistentVolumeClaim != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// resolveVolumes returns the pod's volumes that are bound to PVs of this driver. unbound is true
+// when some claim is not bound yet (or its PV not yet known), so the pod must be looked at
+// again. Volumes of other drivers are left out; a volume of this driver whose key cannot be
+// derived is reported in bad, the others still proceed.
+func resolveVolumes(ctx context.Context, c client.Reader, pod *corev1.Pod) (vols []workloadVolume, unbound bool, bad []error) {
+	seen := map[string]bool{}
+	for _, v := range pod.Spec.Volumes {
+		claim := v.PersistentVolumeClaim
+		if claim == nil {
+			continue
+		}
+		pv, err := boundVolume(ctx, c, pod.Namespace, claim.ClaimName)
+		if err != nil {
+			unbound = true
+			continue
+		}
+		if pv == nil || pv.Spec.CSI == nil || pv.Spec.CSI.Driver != mppod.DriverName {
+			continue
+		}
+		key, err := sharingkey.ForWorkload(pod, claim, pv)
+		if err != nil {
+			bad = append(bad, err)
+			continue
+		}
+		if seen[key.String()] {
+			continue // the same claim mounted twice shares one attachment
+		}
+		seen[key.String()] = true
+		vols = append(vols, workloadVolume{pv: pv, key: key})
+	}
+	return vols, unbound, bad
+}
+
+// errNotBound says that a claim is not (yet) bound both ways to a PV.
+var errNotBound = fmt.Errorf("claim not bound")
+
+// boundVolume returns the PV bound to the claim namespace/name, nil when that PV is not a CSI
+// volume, and errNotBound (or a read error) when the binding is not complete: the claim names
+// no volume yet, the PV is unknown, or the PV's claimRef does not point back at the claim.
+func boundVolume(ctx context.Context, c client.Reader, namespace, name string) (*corev1.PersistentVolume, error) {
+	pvc := &corev1.PersistentVolumeClaim{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, pvc); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, errNotBound
+		}
+		return nil, fmt.Errorf("get claim %s/%s: %w", namespace, name, err)
+	}
+	if pvc.Spec.VolumeName == "" {
+		return nil, errNotBound
+	}
+	pv := &corev1.PersistentVolume{}
+	if err := c.Get(ctx, client.ObjectKey{Name: pvc.Spec.VolumeName}, pv); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, errNotBound
+		}
+		return nil, fmt.Errorf("get PersistentVolume %s: %w", pvc.Spec.VolumeName, err)
+	}
+	ref := pv.Spec.ClaimRef
+	if ref == nil || ref.Namespace != namespace || ref.Name != name || (ref.UID != "" && ref.UID != pvc.UID) {
+		return nil, errNotBound
+	}
+	if pv.Spec.CSI == nil {
+		return nil, nil
+	}
+	return pv, nil
+}

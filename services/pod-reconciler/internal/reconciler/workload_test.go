@@ -1,0 +1,274 @@
+package reconciler
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	s3csiv2 "github.com/s3csi/s3csi/shared/api/v2"
+	"github.com/s3csi/s3csi/shared/events"
+	"github.com/s3csi/s3csi/shared/events/eventspb"
+	"github.com/s3csi/s3csi/shared/fixture"
+	"github.com/s3csi/s3csi/shared/mppod"
+	"github.com/s3csi/s3csi/shared/sharingkey"
+)
+
+// assignedTo waits until exactly one S3PA of node records exactly pods and returns it.
+func (h *harness) assignedTo(node string, pods ...*corev1.Pod) *s3csiv2.MountpointS3PodAttachment {
+	h.t.Helper()
+	var got *s3csiv2.MountpointS3PodAttachment
+	h.eventually("one attachment records the workloads", func() error {
+		as := h.attachments(node)
+		if len(as) != 1 {
+			return fmt.Errorf("%d attachments on %s, want 1", len(as), node)
+		}
+		if u, want := uids(&as[0]), uidsOf(pods...); !slices.Equal(u, want) {
+			return fmt.Errorf("attachment records %v, want %v", u, want)
+		}
+		got = &as[0]
+		return nil
+	})
+	return got
+}
+
+func TestStaticVolumeIsAttachedWhenClaimAndScheduleMeet(t *testing.T) {
+	tests := []struct {
+		name             string
+		bindAfterSchedul bool
+	}{
+		{name: "a PV bound before the pod is scheduled is attached at once"},
+		{name: "a PV bound after the pod is scheduled is attached when the binding completes", bindAfterSchedul: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.start()
+			pvName := h.ns + "-data"
+			if !tt.bindAfterSchedul {
+				h.volume("data", fixture.WithMountOptions("--allow-delete", "--uid=1000"))
+			} else {
+				// The claim exists but names no volume yet.
+				h.create(fixture.PVC("data", fixture.ClaimInNamespace(h.ns)))
+			}
+			pod := h.workload("app", h.node, fixture.WithClaim("vol", "data"))
+			if tt.bindAfterSchedul {
+				h.consistently("no attachment before the claim is bound", time.Second, func() error {
+					if as := h.attachments(h.node); len(as) != 0 {
+						return fmt.Errorf("%d attachments for an unbound claim", len(as))
+					}
+					return nil
+				})
+				h.create(fixture.PV(pvName, fixture.PreBoundTo(h.ns, "data"), fixture.WithMountOptions("--allow-delete", "--uid=1000")))
+				claim := &corev1.PersistentVolumeClaim{}
+				if err := h.c.Get(h.ctx, client.ObjectKey{Namespace: h.ns, Name: "data"}, claim); err != nil {
+					t.Fatal(err)
+				}
+				claim.Spec.VolumeName = pvName
+				if err := h.c.Update(h.ctx, claim); err != nil {
+					t.Fatal(err)
+				}
+			}
+			a := h.assignedTo(h.node, pod)
+			wantSpec := s3csiv2.MountpointS3PodAttachmentSpec{
+				NodeName: h.node, PersistentVolumeName: pvName, VolumeID: pvName + "-handle",
+				MountOptions: "--allow-delete,--uid=1000", AuthenticationSource: "driver",
+			}
+			if got, want := sharingkey.FromSpec(&a.Spec), sharingkey.FromSpec(&wantSpec); got != want {
+				t.Errorf("attachment key = %s, want %s", got, want)
+			}
+			if a.Labels[s3csiv2.LabelDriverVersion] != testVersion || a.GenerateName != "s3pa-" {
+				t.Errorf("attachment labels %v, generateName %q", a.Labels, a.GenerateName)
+			}
+			mpName := mppod.Name(string(pod.UID), pvName)
+			if _, ok := a.Spec.MountpointS3PodAttachments[mpName]; !ok {
+				t.Errorf("attachment names Mountpoint Pods %v, want %s", a.Spec.MountpointS3PodAttachments, mpName)
+			}
+			mp := &corev1.Pod{}
+			if err := h.c.Get(h.ctx, client.ObjectKey{Namespace: h.cfg.MountpointNamespace, Name: mpName}, mp); err != nil {
+				t.Fatalf("get Mountpoint Pod: %v", err)
+			}
+			checkMountpointPod(t, mp, h.node, pvName)
+
+			h.eventually("attachment.assigned is on the bus", func() error {
+				evs := h.busEvents(events.TypeAttachmentAssigned, h.node)
+				if len(evs) != 1 {
+					return fmt.Errorf("%d attachment.assigned events, want 1", len(evs))
+				}
+				p, ok := evs[0].Payload.(*eventspb.AttachmentAssigned)
+				if !ok || p.WorkloadPodUid != string(pod.UID) || p.AttachmentName != a.Name ||
+					p.MountpointPodName != mpName || p.PvName != pvName || p.VolumeId != pvName+"-handle" {
+					return fmt.Errorf("payload = %v", evs[0].Payload)
+				}
+				if subject, _ := evs[0].Subject(); subject != "s3csi.events.attachment.assigned."+h.node {
+					return fmt.Errorf("subject = %s", subject)
+				}
+				return nil
+			})
+			h.eventually("workload.scheduled is on the bus", func() error {
+				evs := h.busEvents(events.TypeWorkloadScheduled, h.node)
+				if len(evs) != 1 {
+					return fmt.Errorf("%d workload.scheduled events, want 1", len(evs))
+				}
+				if p := evs[0].Payload.(*eventspb.WorkloadScheduled); p.PodUid != string(pod.UID) || len(p.Volumes) != 1 {
+					return fmt.Errorf("payload = %v", p)
+				}
+				return nil
+			})
+		})
+	}
+}
+
+// checkMountpointPod checks the shape of a Mountpoint Pod: restricted Pod Security, node
+// affinity, every taint tolerated, comm emptyDir, labels.
+func checkMountpointPod(t *testing.T, mp *corev1.Pod, node, pvName string) {
+	t.Helper()
+	if len(mp.Spec.Containers) != 1 {
+		t.Fatalf("Mountpoint Pod has %d containers", len(mp.Spec.Containers))
+	}
+	c := mp.Spec.Containers[0]
+	sc := c.SecurityContext
+	if sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
+		sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) ||
+		sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot || sc.SeccompProfile == nil ||
+		sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("container security context %+v is not restricted", sc)
+	}
+	if psc := mp.Spec.SecurityContext; psc == nil || psc.RunAsUser == nil || *psc.RunAsUser == 0 {
+		t.Errorf("pod security context %+v does not run as a non-root uid", psc)
+	}
+	if c.Image != "s3csi-mounter:test" || !slices.Equal(c.Args, []string{"--comm-dir=/comm"}) {
+		t.Errorf("container image %s args %v", c.Image, c.Args)
+	}
+	terms := mp.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	if len(terms) != 1 || terms[0].MatchFields[0].Values[0] != node {
+		t.Errorf("node affinity %+v, want node %s", terms, node)
+	}
+	if len(mp.Spec.Tolerations) != 1 || mp.Spec.Tolerations[0].Operator != corev1.TolerationOpExists || mp.Spec.Tolerations[0].Key != "" {
+		t.Errorf("tolerations %+v, want every taint tolerated", mp.Spec.Tolerations)
+	}
+	v := mp.Spec.Volumes[0]
+	if v.Name != "comm" || v.EmptyDir == nil || v.EmptyDir.Medium != corev1.StorageMediumMemory || v.EmptyDir.SizeLimit.String() != "10Mi" {
+		t.Errorf("comm volume %+v", v)
+	}
+	if mp.Labels[s3csiv2.LabelDriverVersion] != testVersion || mp.Labels[LabelVolumeName] != pvName ||
+		mp.Labels[LabelVolumeID] != pvName+"-handle" {
+		t.Errorf("labels %v", mp.Labels)
+	}
+}
+
+func TestWorkloadsShareOnOneNodeOnly(t *testing.T) {
+	h := newHarness(t)
+	h.start()
+	h.volume("data")
+	a1 := h.workload("a1", h.node, fixture.WithClaim("vol", "data"))
+	a2 := h.workload("a2", h.node, fixture.WithClaim("vol", "data"))
+	other := h.node + "-b"
+	b1 := h.workload("b1", other, fixture.WithClaim("vol", "data"))
+
+	a := h.assignedTo(h.node, a1, a2)
+	if n := len(a.Spec.MountpointS3PodAttachments); n != 1 {
+		t.Errorf("two workloads on one node use %d Mountpoint Pods, want 1", n)
+	}
+	h.assignedTo(other, b1)
+	if n := len(h.mountpointPods()); n != 2 {
+		t.Errorf("%d Mountpoint Pods for two nodes, want 2", n)
+	}
+}
+
+func TestEachSharingKeyFieldSeparates(t *testing.T) {
+	tests := []struct {
+		name   string
+		volume []fixture.PVMod
+		first  []fixture.PodMod
+		second []fixture.PodMod
+		// between runs after the first workload is attached.
+		between func(h *harness, pvName string)
+	}{
+		{name: "another fsGroup gets its own Mountpoint Pod", first: []fixture.PodMod{fixture.WithFSGroup(1000)}, second: []fixture.PodMod{fixture.WithFSGroup(2000)}},
+		{name: "read-only and read-write workloads do not share", second: []fixture.PodMod{func(p *corev1.Pod) { p.Spec.Volumes[0].PersistentVolumeClaim.ReadOnly = true }}},
+		{
+			name:   "per-pod credentials of two service accounts do not share",
+			volume: []fixture.PVMod{fixture.WithVolumeAttribute("authenticationSource", "pod")},
+			first:  []fixture.PodMod{fixture.WithServiceAccount("default")},
+			second: []fixture.PodMod{fixture.WithServiceAccount("other")},
+		},
+		{
+			name: "changed mount options give new workloads a new attachment",
+			between: func(h *harness, pvName string) {
+				pv := &corev1.PersistentVolume{}
+				if err := h.c.Get(h.ctx, client.ObjectKey{Name: pvName}, pv); err != nil {
+					h.t.Fatal(err)
+				}
+				pv.Spec.MountOptions = []string{"--read-only"}
+				if err := h.c.Update(h.ctx, pv); err != nil {
+					h.t.Fatal(err)
+				}
+				time.Sleep(500 * time.Millisecond) // let the cache see the new mount options
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.start()
+			pvName := h.volume("data", tt.volume...)
+			p1 := h.workload("one", h.node, append([]fixture.PodMod{fixture.WithClaim("vol", "data")}, tt.first...)...)
+			h.assignedTo(h.node, p1)
+			if tt.between != nil {
+				tt.between(h, pvName)
+			}
+			h.workload("two", h.node, append([]fixture.PodMod{fixture.WithClaim("vol", "data")}, tt.second...)...)
+			h.eventually("two attachments, one per key", func() error {
+				as := h.attachments(h.node)
+				if len(as) != 2 {
+					return fmt.Errorf("%d attachments, want 2", len(as))
+				}
+				for _, a := range as {
+					if len(uids(&a)) != 1 {
+						return fmt.Errorf("attachment %s (%s) records %v, want one workload", a.Name, sharingkey.FromSpec(&a.Spec), uids(&a))
+					}
+				}
+				return nil
+			})
+			if mps := h.mountpointPods(); len(mps) != 2 {
+				for _, a := range h.attachments(h.node) {
+					t.Logf("attachment %s: %s %v", a.Name, sharingkey.FromSpec(&a.Spec), a.Spec.MountpointS3PodAttachments)
+				}
+				for _, mp := range mps {
+					t.Logf("Mountpoint Pod %s", mp.Name)
+				}
+				t.Errorf("%d Mountpoint Pods, want 2", len(mps))
+			}
+		})
+	}
+}
+
+func TestVolumesOfOtherKindsAreIgnored(t *testing.T) {
+	h := newHarness(t)
+	h.start()
+	h.volume("s3")
+	otherPV := h.ns + "-ebs"
+	h.create(fixture.PV(otherPV, fixture.WithDriver("ebs.csi.aws.com"), fixture.PreBoundTo(h.ns, "ebs")))
+	h.create(fixture.PVC("ebs", fixture.ClaimInNamespace(h.ns), fixture.WithVolumeName(otherPV)))
+	hostPV := h.ns + "-host"
+	h.create(fixture.PV(hostPV, fixture.WithHostPathSource("/tmp"), fixture.PreBoundTo(h.ns, "host")))
+	h.create(fixture.PVC("host", fixture.ClaimInNamespace(h.ns), fixture.WithVolumeName(hostPV)))
+
+	h.workload("other-driver", h.node, fixture.WithClaim("vol", "ebs"))
+	h.workload("host-pv", h.node, fixture.WithClaim("vol", "host"))
+	h.workload("inline", h.node, fixture.WithEmptyDir("scratch"), fixture.WithHostPath("host", "/tmp"))
+	h.workload("unscheduled", "", fixture.WithClaim("vol", "s3"))
+	h.consistently("no attachment and no Mountpoint Pod", 2*time.Second, func() error {
+		if as := h.attachments(h.node); len(as) != 0 {
+			return fmt.Errorf("%d attachments", len(as))
+		}
+		if mps := h.mountpointPods(); len(mps) != 0 {
+			return fmt.Errorf("%d Mountpoint Pods", len(mps))
+		}
+		return nil
+	})
+}
