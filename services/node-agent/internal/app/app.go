@@ -77,10 +77,10 @@ type service struct {
 	health  *health.Monitor
 	reg     *registration.Server
 	taint   *taint.Remover
-	// nc, consumer and emitter are nil when events are disabled.
+	// nc, consumer and outbox are nil when events are disabled.
 	nc       *nats.Conn
 	consumer *events.Consumer
-	emitter  *notify.Emitter
+	outbox   *events.Outbox
 }
 
 func newScheme() (*runtime.Scheme, error) {
@@ -111,21 +111,25 @@ func newService(ctx context.Context, opts *options.Options, cfg *rest.Config) (*
 	}
 	reg := admin.NewRegistry()
 	m := metrics.New(reg)
+	eventMetrics, err := events.NewOutboxMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
 	waiter := attach.NewWaiter(opts.NodeName, api, opts.AttachmentRereadPeriod, m)
 	locks := csi.NewKeyedMutex()
 	s := &service{opts: opts, admin: admin.New(opts.AdminAddr, reg), pods: pods}
 	s.cleaner = cleanup.New(opts.KubeletDir, pods, locks, opts.CleanupPeriod, m)
 	var sink csi.EventSink
 	if opts.NATSURL != "" {
-		if err := s.connectEvents(ctx, waiter, m, log); err != nil {
+		if err := s.connectEvents(ctx, waiter, m, eventMetrics, log); err != nil {
 			return nil, err
 		}
-		sink = s.emitter
+		sink = s.outbox
 	}
 	s.server = csi.NewServer(csi.Config{
 		NodeName: opts.NodeName, DriverVersion: Version, KubeletDir: opts.KubeletDir,
 		MountpointNamespace: opts.MountpointNamespace, DriverCredentials: opts.DriverCredentials,
-		Region: opts.S3Region, EndpointURL: opts.S3EndpointURL,
+		Region: opts.S3Region, EndpointURL: opts.S3EndpointURL, PathStyle: opts.S3PathStyle,
 	}, waiter, pods, locks, sink, m)
 	s.health = health.New(opts.KubeletDir, opts.NodeName, opts.MountpointNamespace, health.DefaultPeriod, api, sink)
 	s.grpc = csi.NewGRPCServer(opts.CSIEndpoint, s.server, log.WithName("csi"), m)
@@ -147,7 +151,9 @@ func newService(ctx context.Context, opts *options.Options, cfg *rest.Config) (*
 
 // connectEvents sets up the consumer of this node's events and the audit publisher. The
 // connection retries in the background: NATS being down never stops the node-agent.
-func (s *service) connectEvents(ctx context.Context, waiter *attach.Waiter, m *metrics.Metrics, log logr.Logger) error {
+func (s *service) connectEvents(ctx context.Context, waiter *attach.Waiter, m *metrics.Metrics,
+	eventMetrics *events.OutboxMetrics, log logr.Logger,
+) error {
 	nc, err := events.Connect(ctx, s.opts.NATSURL, "s3csi-node-agent/"+s.opts.NodeName, log.WithName("nats"))
 	if err != nil {
 		return err
@@ -164,7 +170,7 @@ func (s *service) connectEvents(ctx context.Context, waiter *attach.Waiter, m *m
 		return err
 	}
 	s.nc, s.consumer = nc, consumer
-	s.emitter = notify.NewEmitter(events.NewPublisher(js, events.PublisherOptions{Log: log}), log.WithName("events"))
+	s.outbox = events.OutboxFor(js, events.OutboxOptions{Source: notify.Source, Metrics: eventMetrics, Log: log.WithName("events")})
 	return nil
 }
 
@@ -181,7 +187,7 @@ func (s *service) run(ctx context.Context) error {
 	g.Go(func() error { return s.grpc.Start(ctx) })
 	if s.consumer != nil {
 		g.Go(func() error { return s.consumer.Start(ctx) })
-		g.Go(func() error { return s.emitter.Start(ctx) })
+		g.Go(func() error { return s.outbox.Start(ctx) })
 	}
 	g.Go(func() error {
 		// The cleanup and kubelet registration wait for the pod watch: before it synced,

@@ -52,6 +52,9 @@ type Options struct {
 	CleanupPeriod time.Duration
 	// S3EndpointURL is the S3 endpoint every Mountpoint Pod uses. Defaults to $AWS_ENDPOINT_URL.
 	S3EndpointURL string
+	// S3PathStyle addresses buckets as <endpoint>/<bucket>; on by default, as on-premises S3
+	// endpoints need it (the csi-controller has the same default).
+	S3PathStyle bool
 	// S3Region is the S3 region. Defaults to $AWS_REGION, else us-east-1.
 	S3Region string
 	// RegisterWithKubelet serves the kubelet plugin registration socket in
@@ -81,6 +84,7 @@ func New() *Options {
 		AttachmentRereadPeriod: attach.DefaultFallback,
 		CleanupPeriod:          cleanup.DefaultPeriod,
 		S3EndpointURL:          os.Getenv("AWS_ENDPOINT_URL"),
+		S3PathStyle:            true,
 		S3Region:               envOr("AWS_REGION", "us-east-1"),
 		RegisterWithKubelet:    true,
 		RemoveStartupTaint:     true,
@@ -113,6 +117,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"fallback period of the attachment re-read while NodePublishVolume waits, when no event arrives")
 	fs.DurationVar(&o.CleanupPeriod, "cleanup-period", o.CleanupPeriod, "period of the sweep that unmounts sources no Mountpoint Pod serves")
 	fs.StringVar(&o.S3EndpointURL, "s3-endpoint-url", o.S3EndpointURL, "S3 endpoint of every Mountpoint Pod (env AWS_ENDPOINT_URL)")
+	fs.BoolVar(&o.S3PathStyle, "s3-path-style", o.S3PathStyle, "address buckets as <endpoint>/<bucket> rather than <bucket>.<host>")
 	fs.StringVar(&o.S3Region, "s3-region", o.S3Region, "S3 region (env AWS_REGION)")
 	fs.BoolVar(&o.RegisterWithKubelet, "register-with-kubelet", o.RegisterWithKubelet, "serve the kubelet plugin registration socket")
 	fs.BoolVar(&o.RemoveStartupTaint, "remove-startup-taint", o.RemoveStartupTaint,

@@ -82,6 +82,7 @@ func TestAddFlags(t *testing.T) {
 					AttachmentRereadPeriod: 2 * time.Second,
 					CleanupPeriod:          time.Minute,
 					S3Region:               "us-east-1",
+					S3PathStyle:            true,
 					RegisterWithKubelet:    true,
 					RemoveStartupTaint:     true,
 					Logging:                o.Logging,
@@ -105,7 +106,7 @@ func TestAddFlags(t *testing.T) {
 				"--admin-address=127.0.0.1:9000", "--kubelet-dir=/k8s/kubelet",
 				"--csi-endpoint=unix:///tmp/n.sock", "--kubeconfig=/k", "--log-format=text", "-v=4",
 				"--mountpoint-namespace=mp", "--attachment-reread-period=3s", "--cleanup-period=5m",
-				"--s3-endpoint-url=https://s3.example.com", "--s3-region=eu-west-1",
+				"--s3-endpoint-url=https://s3.example.com", "--s3-region=eu-west-1", "--s3-path-style=false",
 				"--register-with-kubelet=false", "--remove-startup-taint=false",
 			},
 			want: func(o *Options) {
@@ -120,6 +121,7 @@ func TestAddFlags(t *testing.T) {
 				o.CleanupPeriod = 5 * time.Minute
 				o.S3EndpointURL = "https://s3.example.com"
 				o.S3Region = "eu-west-1"
+				o.S3PathStyle = false
 				o.RegisterWithKubelet = false
 				o.RemoveStartupTaint = false
 			},

@@ -1,0 +1,166 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/s3csi/s3csi/shared/testenv"
+)
+
+const (
+	objectSize = 256 << 20
+	listFiles  = 10000
+	randomOps  = 2000
+)
+
+// BenchmarkClients prints, per client, sequential read and write MB/s, random 4 KiB read IOPS,
+// the time to list 10,000 files and the client's peak RSS so far (VmHWM, growing along the
+// sub-benchmarks); raw parallel GET is the ceiling.
+func BenchmarkClients(b *testing.B) {
+	requireTools(b)
+	s := testenv.StartS3(b)
+	seed(b, s)
+	mounter := buildMounter(b)
+	b.Run("raw-sdk/seq-read", func(b *testing.B) {
+		b.SetBytes(objectSize)
+		for range b.N {
+			rawGet(b, s)
+		}
+	})
+	for _, c := range clients(mounter) {
+		b.Run(c.name, func(b *testing.B) {
+			m := startClient(b, c, s)
+			b.Run("seq-read", func(b *testing.B) {
+				b.SetBytes(objectSize)
+				for range b.N {
+					readAll(b, filepath.Join(m.dir, "big.bin"))
+				}
+				b.ReportMetric(m.peakRSS(), "peakRSS-MiB")
+			})
+			b.Run("seq-write", func(b *testing.B) {
+				b.SetBytes(objectSize)
+				for i := range b.N {
+					writeFile(b, filepath.Join(m.dir, fmt.Sprintf("out-%s-%d.bin", c.name, i)))
+				}
+				b.ReportMetric(m.peakRSS(), "peakRSS-MiB")
+			})
+			b.Run("random-4k", func(b *testing.B) {
+				for range b.N {
+					start := time.Now()
+					randomReads(b, filepath.Join(m.dir, "big.bin"))
+					b.ReportMetric(randomOps/time.Since(start).Seconds(), "IOPS")
+				}
+				b.ReportMetric(m.peakRSS(), "peakRSS-MiB")
+			})
+			b.Run("list-10000", func(b *testing.B) {
+				for range b.N {
+					if entries, err := os.ReadDir(filepath.Join(m.dir, "many")); err != nil || len(entries) != listFiles {
+						b.Fatalf("listed %d: %v", len(entries), err)
+					}
+				}
+				b.ReportMetric(m.peakRSS(), "peakRSS-MiB")
+			})
+		})
+	}
+}
+
+// seed stores the test data straight in the posix backend.
+func seed(b *testing.B, s *testenv.S3) {
+	root := filepath.Join(s.Dir, s.Bucket)
+	f, err := os.Create(filepath.Join(root, "big.bin"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := io.CopyN(f, rand.NewChaCha8([32]byte{1}), objectSize); err != nil {
+		b.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(root, "many"), 0o755); err != nil {
+		b.Fatal(err)
+	}
+	for i := range listFiles {
+		if err := os.WriteFile(filepath.Join(root, "many", fmt.Sprintf("f%05d", i)), nil, 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func readAll(b *testing.B, path string) {
+	f, err := os.Open(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	n, err := io.CopyBuffer(io.Discard, struct{ io.Reader }{f}, make([]byte, 1<<20))
+	if err != nil || n != objectSize {
+		b.Fatalf("read %d bytes of %s: %v", n, path, err)
+	}
+}
+
+func writeFile(b *testing.B, path string) {
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	buf := make([]byte, 1<<20)
+	for range objectSize / len(buf) {
+		if _, err := f.Write(buf); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := f.Close(); err != nil {
+		b.Fatal(err)
+	}
+}
+
+func randomReads(b *testing.B, path string) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_DIRECT, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	rng := rand.New(rand.NewPCG(1, 2))
+	buf := make([]byte, 4096)
+	for range randomOps {
+		if _, err := f.ReadAt(buf, int64(rng.IntN(objectSize/4096))*4096); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func rawGet(b *testing.B, s *testenv.S3) {
+	c := s.RootClient()
+	const part = 8 << 20
+	g, ctx := errgroup.WithContext(context.Background())
+	g.SetLimit(16)
+	for off := 0; off < objectSize; off += part {
+		g.Go(func() error {
+			out, err := c.GetObject(ctx, &s3.GetObjectInput{
+				Bucket: aws.String(s.Bucket), Key: aws.String("big.bin"),
+				Range: aws.String(fmt.Sprintf("bytes=%d-%d", off, off+part-1)),
+			})
+			if err != nil {
+				return err
+			}
+			defer out.Body.Close()
+			_, err = io.Copy(io.Discard, out.Body)
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		b.Fatal(err)
+	}
+}

@@ -1,0 +1,178 @@
+// Package cleanup unmounts the source mounts of Mountpoint Pods that serve no workload any
+// more: those annotated needs-unmount and those whose pod is gone.
+package cleanup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/s3csi/s3csi/shared/mppod"
+
+	"github.com/s3csi/s3csi/services/node-agent/internal/csi"
+	"github.com/s3csi/s3csi/services/node-agent/internal/mount"
+)
+
+// DefaultPeriod is the period of the fallback sweep.
+const DefaultPeriod = time.Minute
+
+// Outcomes of one cleanup.
+const (
+	OutcomeKept      = "kept"
+	OutcomeWaiting   = "waiting"
+	OutcomeUnmounted = "unmounted"
+	OutcomeFailed    = "failed"
+)
+
+// PodReader reads this node's Mountpoint Pods.
+type PodReader interface {
+	// Get returns the named pod, nil when it does not exist.
+	Get(ctx context.Context, name string) (*corev1.Pod, error)
+}
+
+// Recorder counts cleanups.
+type Recorder interface{ Cleanup(outcome string) }
+
+// Cleaner is a runnable: it cleans the source of a Mountpoint Pod when triggered (the
+// needs-unmount event) and sweeps every source periodically as the fallback.
+//
+// Problem: unmounting a source that a workload still binds would break it; deleting a dir
+// through a live FUSE mount would delete the user's objects; and a slow unmount is not a
+// reason to force one.
+// Solution: under the Mountpoint Pod's lock (shared with NodePublishVolume): write mount.exit,
+// leave the source alone while any bind of it remains, unmount, re-read the mount table, and
+// only then rmdir the (empty) dir. Nothing is unmounted lazily or on a timeout.
+// Invariant: a source is unmounted only when its pod is gone or marked needs-unmount and no
+// bind of it remains; a dir is removed only when it is no mount point.
+type Cleaner struct {
+	kubeletDir string
+	pods       PodReader
+	locks      *csi.KeyedMutex
+	period     time.Duration
+	rec        Recorder
+	trigger    chan string
+}
+
+// New returns a Cleaner; period <= 0 means DefaultPeriod, rec may be nil.
+func New(kubeletDir string, pods PodReader, locks *csi.KeyedMutex, period time.Duration, rec Recorder) *Cleaner {
+	if period <= 0 {
+		period = DefaultPeriod
+	}
+	return &Cleaner{kubeletDir: kubeletDir, pods: pods, locks: locks, period: period, rec: rec, trigger: make(chan string, 64)}
+}
+
+// Trigger asks for the named Mountpoint Pod's source to be looked at now. It never blocks:
+// when the queue is full the next sweep covers it.
+func (c *Cleaner) Trigger(mountpointPod string) {
+	select {
+	case c.trigger <- mountpointPod:
+	default:
+	}
+}
+
+// Start sweeps once, then on every trigger and period, until ctx ends.
+func (c *Cleaner) Start(ctx context.Context) error {
+	log := logr.FromContextOrDiscard(ctx).WithName("cleanup")
+	ctx = logr.NewContext(ctx, log)
+	c.Sweep(ctx)
+	ticker := time.NewTicker(c.period)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case name := <-c.trigger:
+			if _, err := c.Clean(ctx, name); err != nil {
+				log.Error(err, "Cleaning a source failed; retrying at the next sweep", "mountpointPod", name)
+			}
+		case <-ticker.C:
+			c.Sweep(ctx)
+		}
+	}
+}
+
+// Sweep cleans every source dir that no longer serves.
+func (c *Cleaner) Sweep(ctx context.Context) {
+	log := logr.FromContextOrDiscard(ctx)
+	dirs, err := os.ReadDir(filepath.Join(mppod.PluginDir(c.kubeletDir), "mnt"))
+	if err != nil {
+		if !errors.Is(err, os.ErrNotExist) {
+			log.Error(err, "Listing source dirs failed")
+		}
+		return
+	}
+	for _, d := range dirs {
+		if ctx.Err() != nil {
+			return
+		}
+		if _, err := c.Clean(ctx, d.Name()); err != nil {
+			log.Error(err, "Cleaning a source failed; retrying at the next sweep", "mountpointPod", d.Name())
+		}
+	}
+}
+
+// Clean unmounts and removes the named Mountpoint Pod's source when its pod is gone or marked
+// needs-unmount and nothing binds it; it returns what it did.
+func (c *Cleaner) Clean(ctx context.Context, name string) (string, error) {
+	outcome, err := c.clean(ctx, name)
+	if err != nil {
+		outcome = OutcomeFailed
+	}
+	if c.rec != nil && outcome != OutcomeKept {
+		c.rec.Cleanup(outcome)
+	}
+	return outcome, err
+}
+
+func (c *Cleaner) clean(ctx context.Context, name string) (string, error) {
+	log := logr.FromContextOrDiscard(ctx).WithValues("mountpointPod", name)
+	unlock := c.locks.Lock(name)
+	defer unlock()
+	pod, err := c.pods.Get(ctx, name)
+	if err != nil {
+		return "", err
+	}
+	if pod != nil && pod.Annotations[mppod.AnnotationNeedsUnmount] == "" {
+		return OutcomeKept, nil
+	}
+	if pod != nil {
+		if err := requestExit(csi.CommDir(c.kubeletDir, string(pod.UID))); err != nil {
+			return "", err
+		}
+	}
+	source := mppod.SourceDir(c.kubeletDir, name)
+	table, err := mount.ReadTable()
+	if err != nil {
+		return "", err
+	}
+	if _, mounted := table.Lookup(source); mounted {
+		if binds := table.Binds(source); len(binds) > 0 {
+			log.V(1).Info("Source still bound by workloads; waiting", "binds", len(binds))
+			return OutcomeWaiting, nil
+		}
+		if err := mount.Unmount(source); err != nil {
+			return "", fmt.Errorf("unmount source of %s: %w", name, err)
+		}
+	}
+	if err := mount.RemoveDir(source); err != nil {
+		return "", fmt.Errorf("remove source dir of %s: %w", name, err)
+	}
+	log.Info("Cleaned the source of a Mountpoint Pod that serves no workload", "podGone", pod == nil)
+	return OutcomeUnmounted, nil
+}
+
+// requestExit writes mount.exit so the mounter exits 0 once its filesystem is unmounted. A
+// missing comm dir means the pod's volumes are gone already.
+func requestExit(commDir string) error {
+	err := os.WriteFile(filepath.Join(commDir, mppod.MountExitName), nil, 0o600)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("write %s: %w", mppod.MountExitName, err)
+	}
+	return nil
+}

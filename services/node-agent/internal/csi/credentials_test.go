@@ -1,0 +1,94 @@
+package csi_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/uuid"
+
+	"github.com/s3csi/s3csi/shared/mppod"
+
+	"github.com/s3csi/s3csi/services/node-agent/internal/fusetest"
+	"github.com/s3csi/s3csi/services/node-agent/internal/mount"
+)
+
+func TestRepublishRotatesVolumeCredentialsWithoutRemountAndNeverLogsThem(t *testing.T) {
+	n := startNode(t, nodeOptions{fallback: 200 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pv, uid := "pv-rotate", string(uuid.NewUUID())
+	mpName := mppod.Name(uid, pv)
+	n.createMountpointPod(mpName)
+	n.assign(pv, "vol", uid, mpName)
+	target := n.target(uuidOf(uid), pv)
+	publish := func(ak, sk string) {
+		t.Helper()
+		req := publishRequest("vol", target, "bucket-b", uuidOf(uid))
+		req.VolumeContext["authenticationSource"] = "secret"
+		req.Secrets = map[string]string{"access_key_id": ak, "secret_access_key": sk}
+		if _, err := n.client.NodePublishVolume(ctx, req); err != nil {
+			t.Fatalf("publish: %v", err)
+		}
+	}
+	sourceDevice := func() string {
+		t.Helper()
+		table, err := mount.ReadTable()
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, ok := table.Lookup(n.kubelet.SourceDir(mpName))
+		if !ok {
+			t.Fatal("source not mounted")
+		}
+		return fmt.Sprintf("%d:%d", e.Major, e.Minor)
+	}
+	const firstSecret, secondSecret = "firstCanarySecret/abc+def=", "secondCanarySecret/xyz+uvw="
+	publish("AKIAFIRST0000000", firstSecret)
+	before := sourceDevice()
+	if got := readFile(t, filepath.Join(target, fusetest.ProfileName)); !strings.Contains(got, "AKIAFIRST0000000") {
+		t.Fatalf("the filesystem sees %q, want the first key", got)
+	}
+	publish("AKIASECOND000000", secondSecret) // kubelet's periodic republish after a rotation
+	if got := readFile(t, filepath.Join(target, fusetest.ProfileName)); !strings.Contains(got, "AKIASECOND000000") {
+		t.Fatalf("the filesystem sees %q after rotation, want the second key", got)
+	}
+	if sourceDevice() != before {
+		t.Fatal("rotation remounted the source")
+	}
+	logs := n.logs.all()
+	for _, secret := range []string{firstSecret, secondSecret} {
+		if strings.Contains(logs, secret) {
+			t.Fatalf("secret %q reached the logs", secret)
+		}
+	}
+}
+
+func TestVolumeMountGroupGivesTheWorkloadGroupAccess(t *testing.T) {
+	n := startNode(t, nodeOptions{fallback: 200 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pv, uid := "pv-fsgroup", string(uuid.NewUUID())
+	mpName := mppod.Name(uid, pv)
+	n.createMountpointPod(mpName)
+	n.assign(pv, "vol", uid, mpName)
+	target := n.target(uuidOf(uid), pv)
+	req := publishRequest("vol", target, "bucket-b", uuidOf(uid), "--file-mode=0640")
+	req.VolumeCapability.GetMount().VolumeMountGroup = "3000"
+	if _, err := n.client.NodePublishVolume(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	args := strings.Split(readFile(t, filepath.Join(target, fusetest.ArgsName)), "\n")
+	for _, want := range []string{"--gid=3000", "--allow-other", "--dir-mode=770", "--file-mode=0640"} {
+		found := false
+		for _, a := range args {
+			found = found || a == want
+		}
+		if !found {
+			t.Errorf("mounter args %q lack %q", args, want)
+		}
+	}
+}

@@ -1,0 +1,318 @@
+package csi_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/uuid"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	s3csiv2 "github.com/s3csi/s3csi/shared/api/v2"
+	"github.com/s3csi/s3csi/shared/mppod"
+	"github.com/s3csi/s3csi/shared/testenv"
+
+	"github.com/s3csi/s3csi/services/node-agent/internal/attach"
+	"github.com/s3csi/s3csi/services/node-agent/internal/credentials"
+	"github.com/s3csi/s3csi/services/node-agent/internal/csi"
+	"github.com/s3csi/s3csi/services/node-agent/internal/fusetest"
+	"github.com/s3csi/s3csi/services/node-agent/internal/mount"
+	"github.com/s3csi/s3csi/services/node-agent/internal/mounter"
+	"github.com/s3csi/s3csi/services/node-agent/internal/podwatch"
+)
+
+// mounterEnv makes the test binary run the mounter side instead of the tests; with
+// realEngineEnv set it serves the bucket with the real s3fs engine, else the test filesystem.
+const (
+	mounterEnv    = "S3CSI_TEST_MOUNTER_COMM_DIR"
+	realEngineEnv = "S3CSI_TEST_MOUNTER_REAL_ENGINE"
+)
+
+var apiServer *testenv.APIServer
+
+func TestMain(m *testing.M) {
+	if dir := os.Getenv(mounterEnv); dir != "" {
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+		log := funcr.New(func(p, a string) { fmt.Fprintln(os.Stderr, "mounter:", p, a) }, funcr.Options{})
+		engine := fusetest.NewEngine(dir)
+		if os.Getenv(realEngineEnv) != "" {
+			engine = &mounter.S3Engine{CommDir: dir, Log: log}
+		}
+		code := mounter.Run(logr.NewContext(ctx, log), dir, engine)
+		stop()
+		os.Exit(code)
+	}
+	os.Exit(runTests(m))
+}
+
+func runTests(m *testing.M) int {
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(os.Stderr, "these tests mount FUSE and bind mounts: run them as root")
+		return 1
+	}
+	ctrllog.SetLogger(logr.Discard())
+	s, err := testenv.StartAPIServerE()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer func() { _ = s.Stop() }()
+	apiServer = s
+	ctx := context.Background()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: mppod.DefaultNamespace}}
+	if err := s.Client.Create(ctx, ns); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return m.Run()
+}
+
+// logBuffer captures every log line of a node, secrets included if any leaked.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf []string
+}
+
+func (b *logBuffer) add(prefix, args string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf = append(b.buf, prefix+" "+args)
+}
+
+func (b *logBuffer) all() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := ""
+	for _, l := range b.buf {
+		out += l + "\n"
+	}
+	return out
+}
+
+// node is one node-agent's CSI node service against the shared API server, with a kubelet dir.
+type node struct {
+	t       testing.TB
+	name    string
+	kubelet *testenv.KubeletDir
+	waiter  *attach.Waiter
+	pods    *podwatch.Watcher
+	server  *csi.Server
+	client  csipb.NodeClient
+	logs    *logBuffer
+	// realEngine makes Mountpoint Pods serve with the real s3fs engine.
+	realEngine bool
+}
+
+type nodeOptions struct {
+	fallback    time.Duration
+	driverCreds credentials.Static
+	// s3 makes the node's Mountpoint Pods serve this S3 server with the real engine.
+	s3 *testenv.S3
+}
+
+func startNode(t testing.TB, o nodeOptions) *node {
+	t.Helper()
+	n := &node{t: t, name: "node-" + string(uuid.NewUUID())[:8], kubelet: testenv.StartKubeletDir(t), logs: &logBuffer{},
+		realEngine: o.s3 != nil}
+	endpoint := ""
+	if o.s3 != nil {
+		endpoint = o.s3.Endpoint
+	}
+	log := funcr.New(n.logs.add, funcr.Options{Verbosity: 4})
+	ctx, cancel := context.WithCancel(logr.NewContext(context.Background(), log))
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+		if t.Failed() {
+			t.Log("node-agent logs:\n" + n.logs.all())
+		}
+	})
+	pods, err := podwatch.New(apiServer.Config, apiServer.Scheme, mppod.DefaultNamespace, n.name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_ = pods.Start(ctx)
+	}()
+	if !pods.WaitForCacheSync(ctx) {
+		t.Fatal("pod cache did not sync")
+	}
+	n.pods = pods
+	n.waiter = attach.NewWaiter(n.name, apiServer.Client, o.fallback, nil)
+	n.server = csi.NewServer(csi.Config{
+		NodeName: n.name, DriverVersion: "test", KubeletDir: n.kubelet.Root,
+		MountpointNamespace: mppod.DefaultNamespace, DriverCredentials: o.driverCreds, Region: "us-east-1",
+		EndpointURL: endpoint, PathStyle: true,
+	}, n.waiter, pods, csi.NewKeyedMutex(), nil, nil)
+	n.server.SetReady(true)
+	g := csi.NewGRPCServer("unix://"+filepath.Join(t.TempDir(), "csi.sock"), n.server, log, nil)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_ = g.Start(ctx)
+	}()
+	<-g.Listening()
+	conn, err := grpc.NewClient("unix://"+g.Path(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	n.client = csipb.NewNodeClient(conn)
+	return n
+}
+
+// mountpointPod is a Mountpoint Pod object and its mounter process.
+type mountpointPod struct {
+	pod     *corev1.Pod
+	commDir string
+	proc    *exec.Cmd
+	exited  chan error
+}
+
+// createMountpointPod creates the pod object, sets it Running and starts its mounter process
+// with a comm dir where the node-agent expects it, as kubelet would.
+func (n *node) createMountpointPod(name string) *mountpointPod {
+	t := n.t
+	t.Helper()
+	ctx := context.Background()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: mppod.DefaultNamespace},
+		Spec:       corev1.PodSpec{NodeName: n.name, Containers: []corev1.Container{{Name: "mountpoint", Image: "s3csi-mounter"}}},
+	}
+	if err := apiServer.Client.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = apiServer.Client.Delete(context.Background(), pod) })
+	mp := &mountpointPod{pod: pod, commDir: csi.CommDir(n.kubelet.Root, string(pod.UID))}
+	t.Cleanup(func() { cleanupMount(t, n.kubelet.SourceDir(name)) })
+	if err := os.MkdirAll(mp.commDir, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	mp.start(t, n.realEngine)
+	pod.Status.Phase = corev1.PodRunning
+	if err := apiServer.Client.Status().Update(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	return mp
+}
+
+func (mp *mountpointPod) start(t testing.TB, realEngine bool) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), mounterEnv+"="+mp.commDir)
+	if realEngine {
+		cmd.Env = append(cmd.Env, realEngineEnv+"=1")
+	}
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	mp.proc, mp.exited = cmd, make(chan error, 1)
+	go func() { mp.exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = receive(mp.exited)
+	})
+}
+
+// kill ends the mounter as a crash would: its FUSE mounts stay and answer ENOTCONN.
+func (mp *mountpointPod) kill(t testing.TB) {
+	t.Helper()
+	_ = mp.proc.Process.Kill()
+	select {
+	case err := <-mp.exited:
+		mp.exited <- err // for the cleanup
+	case <-time.After(10 * time.Second):
+		t.Fatal("mounter did not die")
+	}
+}
+
+// assign records workload pod uid as served by mp in an attachment for pv on this node.
+func (n *node) assign(pvName, volumeID, podUID, mpName string) *s3csiv2.MountpointS3PodAttachment {
+	n.t.Helper()
+	s3pa := &s3csiv2.MountpointS3PodAttachment{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "s3pa-"},
+		Spec: s3csiv2.MountpointS3PodAttachmentSpec{
+			NodeName: n.name, PersistentVolumeName: pvName, VolumeID: volumeID,
+			MountpointS3PodAttachments: map[string][]s3csiv2.WorkloadAttachment{
+				mpName: {{WorkloadPodUID: podUID, AttachmentTime: metav1.Now()}},
+			},
+		},
+	}
+	if err := apiServer.Client.Create(context.Background(), s3pa); err != nil {
+		n.t.Fatal(err)
+	}
+	n.t.Cleanup(func() { _ = apiServer.Client.Delete(context.Background(), s3pa) })
+	return s3pa
+}
+
+// addWorkload adds a workload to an existing attachment.
+func (n *node) addWorkload(s3pa *s3csiv2.MountpointS3PodAttachment, mpName, podUID string) {
+	n.t.Helper()
+	s3pa.Spec.MountpointS3PodAttachments[mpName] = append(s3pa.Spec.MountpointS3PodAttachments[mpName],
+		s3csiv2.WorkloadAttachment{WorkloadPodUID: podUID, AttachmentTime: metav1.Now()})
+	if err := apiServer.Client.Update(context.Background(), s3pa); err != nil {
+		n.t.Fatal(err)
+	}
+}
+
+// target makes the parent of a workload's target path, as kubelet does, and returns the path.
+func (n *node) target(podUID types.UID, pvName string) string {
+	n.t.Helper()
+	p := n.kubelet.TargetPath(string(podUID), pvName)
+	if err := os.MkdirAll(filepath.Dir(p), 0o750); err != nil {
+		n.t.Fatal(err)
+	}
+	n.t.Cleanup(func() { cleanupMount(n.t, p) })
+	return p
+}
+
+func cleanupMount(t testing.TB, dir string) {
+	if err := mount.Unmount(dir); err != nil {
+		t.Logf("unmount %s: %v; detaching lazily", dir, err)
+		_ = unix.Unmount(dir, unix.MNT_DETACH)
+	}
+}
+
+func publishRequest(volumeID, target, bucket string, podUID types.UID, flags ...string) *csipb.NodePublishVolumeRequest {
+	return &csipb.NodePublishVolumeRequest{
+		VolumeId:   volumeID,
+		TargetPath: target,
+		VolumeCapability: &csipb.VolumeCapability{
+			AccessType: &csipb.VolumeCapability_Mount{Mount: &csipb.VolumeCapability_MountVolume{MountFlags: flags}},
+			AccessMode: &csipb.VolumeCapability_AccessMode{Mode: csipb.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER},
+		},
+		VolumeContext: map[string]string{"bucketName": bucket, "csi.storage.k8s.io/pod.uid": string(podUID)},
+	}
+}
+
+func readFile(t testing.TB, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("read %s: %v", path, err)
+	}
+	return string(b)
+}
+
+// receive waits for the process's exit status.
+func receive(ch <-chan error) error { return <-ch }

@@ -1,0 +1,64 @@
+package csi_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/s3csi/s3csi/shared/mppod"
+
+	"github.com/s3csi/s3csi/services/node-agent/internal/health"
+)
+
+func TestAKilledMounterIsReportedOnItsWorkloads(t *testing.T) {
+	n := startNode(t, nodeOptions{fallback: 200 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	workload := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "app-", Namespace: "default"},
+		Spec:       corev1.PodSpec{NodeName: n.name, Containers: []corev1.Container{{Name: "app", Image: "app"}}},
+	}
+	if err := apiServer.Client.Create(ctx, workload); err != nil {
+		t.Fatal(err)
+	}
+	pv, uid := "pv-health", string(workload.UID)
+	mpName := mppod.Name(uid, pv)
+	mp := n.createMountpointPod(mpName)
+	n.assign(pv, "vol", uid, mpName)
+	target := n.target(workload.UID, pv)
+	if _, err := n.client.NodePublishVolume(ctx, publishRequest("vol", target, "bucket-b", workload.UID)); err != nil {
+		t.Fatal(err)
+	}
+	monitor := health.New(n.kubelet.Root, n.name, mppod.DefaultNamespace, time.Hour, apiServer.Client, nil)
+	monitor.Check(ctx)
+	if got := warnings(ctx, t, workload); len(got) != 0 {
+		t.Fatalf("a live mount was reported: %v", got)
+	}
+	mp.kill(t)
+	monitor.Check(ctx)
+	monitor.Check(ctx) // reported once per incident
+	got := warnings(ctx, t, workload)
+	if len(got) != 1 || !strings.Contains(got[0].Message, mpName) {
+		t.Fatalf("warnings on the workload = %v, want one naming %s", got, mpName)
+	}
+}
+
+func warnings(ctx context.Context, t *testing.T, pod *corev1.Pod) []corev1.Event {
+	t.Helper()
+	var list corev1.EventList
+	if err := apiServer.Client.List(ctx, &list, client.InNamespace(pod.Namespace)); err != nil {
+		t.Fatal(err)
+	}
+	var out []corev1.Event
+	for _, e := range list.Items {
+		if e.InvolvedObject.UID == pod.UID && e.Reason == health.Reason {
+			out = append(out, e)
+		}
+	}
+	return out
+}

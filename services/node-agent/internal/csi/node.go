@@ -1,0 +1,143 @@
+// Package csi serves the CSI Identity and Node services of the node-agent: NodePublishVolume
+// mounts a Mountpoint Pod's filesystem on a source dir (once per Mountpoint Pod) and
+// bind-mounts it into each workload's target; NodeUnpublishVolume removes the bind only.
+package csi
+
+import (
+	"context"
+	"path/filepath"
+	"sync/atomic"
+
+	csi "github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/s3csi/s3csi/shared/mppod"
+
+	"github.com/s3csi/s3csi/services/node-agent/internal/attach"
+	"github.com/s3csi/s3csi/services/node-agent/internal/credentials"
+	"github.com/s3csi/s3csi/services/node-agent/internal/metrics"
+)
+
+// AttachmentWaiter finds the Mountpoint Pod assigned to a workload's volume.
+type AttachmentWaiter interface {
+	// Wait returns the assignment of key with the given volume id once the API server records
+	// it, or an error when ctx ends first.
+	Wait(ctx context.Context, key attach.Key, volumeID string) (*attach.Assignment, error)
+}
+
+// PodWaiter reads this node's Mountpoint Pods.
+type PodWaiter interface {
+	// WaitRunning returns the named Mountpoint Pod once Running; it waits for a pod not yet
+	// created, and fails for one that finished.
+	WaitRunning(ctx context.Context, name string) (*corev1.Pod, error)
+	// Get returns the named pod, nil when it does not exist.
+	Get(ctx context.Context, name string) (*corev1.Pod, error)
+}
+
+// EventSink publishes an audit event after the fact it describes; *events.Outbox is one.
+// Notify never blocks and never fails: NATS being down must not slow a mount. An empty id
+// gets a random one (each publish or unpublish is a fact of its own).
+type EventSink interface {
+	Notify(id string, payload proto.Message)
+}
+
+// Config is the node service's configuration.
+type Config struct {
+	// NodeName is this node; DriverVersion is reported by GetPluginInfo.
+	NodeName, DriverVersion string
+	// KubeletDir is the kubelet root dir as this process sees it.
+	KubeletDir string
+	// MountpointNamespace is the namespace of Mountpoint Pods, for messages.
+	MountpointNamespace string
+	// DriverCredentials are used for volumes with authenticationSource "driver" (or none).
+	DriverCredentials credentials.Static
+	// Region and EndpointURL configure the S3 client of every Mountpoint Pod.
+	Region, EndpointURL string
+	// PathStyle addresses buckets as <endpoint>/<bucket> in every Mountpoint Pod, as
+	// on-premises S3 (Scality RING) needs; a volume may also ask for it with --force-path-style.
+	PathStyle bool
+}
+
+// Server implements csi.IdentityServer and csi.NodeServer.
+type Server struct {
+	csi.UnimplementedIdentityServer
+	csi.UnimplementedNodeServer
+
+	cfg      Config
+	attach   AttachmentWaiter
+	pods     PodWaiter
+	events   EventSink
+	metrics  *metrics.Metrics
+	inflight *inflight
+	mpLocks  *KeyedMutex
+	ready    atomic.Bool
+}
+
+// NewServer returns a Server; mpLocks is shared with the source cleanup so that a cleanup and
+// a mount of one Mountpoint Pod never overlap. events and m may be nil.
+func NewServer(cfg Config, aw AttachmentWaiter, pods PodWaiter, mpLocks *KeyedMutex, events EventSink, m *metrics.Metrics) *Server {
+	return &Server{cfg: cfg, attach: aw, pods: pods, events: events, metrics: m,
+		inflight: newInflight(), mpLocks: mpLocks}
+}
+
+// SetReady makes Probe report ready: the caches it depends on have synced.
+func (s *Server) SetReady(ready bool) { s.ready.Store(ready) }
+
+// Ready reports whether SetReady(true) was called.
+func (s *Server) Ready() bool { return s.ready.Load() }
+
+// CommDir is where the node sees a Mountpoint Pod's comm emptyDir.
+func CommDir(kubeletDir, mountpointPodUID string) string {
+	return filepath.Join(kubeletDir, "pods", mountpointPodUID, "volumes", "kubernetes.io~empty-dir", mppod.CommVolumeName)
+}
+
+// GetPluginInfo implements csi.IdentityServer.
+func (s *Server) GetPluginInfo(context.Context, *csi.GetPluginInfoRequest) (*csi.GetPluginInfoResponse, error) {
+	return &csi.GetPluginInfoResponse{Name: mppod.DriverName, VendorVersion: s.cfg.DriverVersion}, nil
+}
+
+// GetPluginCapabilities implements csi.IdentityServer: the node plugin has no controller.
+func (s *Server) GetPluginCapabilities(context.Context, *csi.GetPluginCapabilitiesRequest) (*csi.GetPluginCapabilitiesResponse, error) {
+	return &csi.GetPluginCapabilitiesResponse{}, nil
+}
+
+// Probe implements csi.IdentityServer.
+func (s *Server) Probe(context.Context, *csi.ProbeRequest) (*csi.ProbeResponse, error) {
+	return &csi.ProbeResponse{Ready: wrapperspb.Bool(s.ready.Load())}, nil
+}
+
+// NodeGetCapabilities implements csi.NodeServer: VOLUME_MOUNT_GROUP, so kubelet passes the
+// workload's fsGroup instead of changing ownership of every object.
+func (s *Server) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {
+	return &csi.NodeGetCapabilitiesResponse{Capabilities: []*csi.NodeServiceCapability{{
+		Type: &csi.NodeServiceCapability_Rpc{Rpc: &csi.NodeServiceCapability_RPC{
+			Type: csi.NodeServiceCapability_RPC_VOLUME_MOUNT_GROUP,
+		}},
+	}}}, nil
+}
+
+// NodeGetInfo implements csi.NodeServer.
+func (s *Server) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
+	return &csi.NodeGetInfoResponse{NodeId: s.cfg.NodeName}, nil
+}
+
+// NodeStageVolume is not supported (no STAGE_UNSTAGE_VOLUME capability); arguments are still
+// checked first, as csi-sanity expects.
+func (s *Server) NodeStageVolume(_ context.Context, req *csi.NodeStageVolumeRequest) (*csi.NodeStageVolumeResponse, error) {
+	if req.GetVolumeId() == "" || req.GetStagingTargetPath() == "" || req.GetVolumeCapability() == nil {
+		return nil, status.Error(codes.InvalidArgument, "volume id, staging target path and capability are required")
+	}
+	return nil, status.Error(codes.Unimplemented, "NodeStageVolume is not supported")
+}
+
+// NodeUnstageVolume is not supported.
+func (s *Server) NodeUnstageVolume(_ context.Context, req *csi.NodeUnstageVolumeRequest) (*csi.NodeUnstageVolumeResponse, error) {
+	if req.GetVolumeId() == "" || req.GetStagingTargetPath() == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume id and staging target path are required")
+	}
+	return nil, status.Error(codes.Unimplemented, "NodeUnstageVolume is not supported")
+}

@@ -1,0 +1,334 @@
+package csi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	csi "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/go-logr/logr"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/s3csi/s3csi/shared/events/eventspb"
+	"github.com/s3csi/s3csi/shared/mppod"
+	"github.com/s3csi/s3csi/shared/volumecontext"
+
+	"github.com/s3csi/s3csi/services/node-agent/internal/attach"
+	"github.com/s3csi/s3csi/services/node-agent/internal/credentials"
+	"github.com/s3csi/s3csi/services/node-agent/internal/handshake"
+	"github.com/s3csi/s3csi/services/node-agent/internal/metrics"
+	"github.com/s3csi/s3csi/services/node-agent/internal/mount"
+)
+
+// NodePublishVolume implements csi.NodeServer.
+//
+// Problem: a publish that returns OK without a live FUSE mount lets the container write to the
+// node's disk; a publish that fails half-way can leave a mount nobody removes.
+// Solution: validate everything first; wait for the attachment (event or fallback re-read) and
+// the Mountpoint Pod; under the Mountpoint Pod's lock mount the source once and bind it; then
+// verify that the target is a bind of this Mountpoint Pod's live FUSE mount.
+// Invariant: OK means verified; any failure undoes the mounts this call made.
+func (s *Server) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
+	p, err := parsePublish(s.cfg.KubeletDir, req)
+	if err != nil {
+		return nil, err
+	}
+	release, ok := s.inflight.tryAcquire(p.Target)
+	if !ok {
+		return nil, status.Errorf(codes.Aborted, "an operation on target %s is already in progress", p.Target)
+	}
+	defer release()
+	log := logr.FromContextOrDiscard(ctx).WithValues("volume", p.VolumeID, "pod", p.PodUID)
+	ctx = logr.NewContext(ctx, log)
+	start := time.Now()
+
+	if done, err := s.republish(ctx, p); err != nil || done {
+		if err == nil {
+			log.V(1).Info("Republished volume: target verified, credentials refreshed")
+			return &csi.NodePublishVolumeResponse{}, nil
+		}
+		return nil, err
+	}
+
+	t := time.Now()
+	a, err := s.attach.Wait(ctx, attach.Key{PodUID: p.PodUID, PVName: p.PVName}, p.VolumeID)
+	s.metrics.Phase(metrics.PhaseWaitAttachment, time.Since(t))
+	if err != nil {
+		return nil, status.Errorf(waitCode(ctx), "no MountpointS3PodAttachment on node %s records pod %s for volume %s yet: %v; "+
+			"check the pod-reconciler's logs", s.cfg.NodeName, p.PodUID, p.PVName, err)
+	}
+	mp := a.MountpointPod
+	log = log.WithValues("mountpointPod", mp)
+	ctx = logr.NewContext(ctx, log)
+
+	t = time.Now()
+	pod, err := s.pods.WaitRunning(ctx, mp)
+	s.metrics.Phase(metrics.PhaseWaitPod, time.Since(t))
+	if err != nil {
+		return nil, status.Errorf(waitCode(ctx), "Mountpoint Pod %s/%s is not running: %v; see kubectl describe pod -n %s %s",
+			s.cfg.MountpointNamespace, mp, err, s.cfg.MountpointNamespace, mp)
+	}
+
+	unlock := s.mpLocks.Lock(mp)
+	defer unlock()
+	commDir := CommDir(s.cfg.KubeletDir, string(pod.UID))
+	files, err := s.writeCredentials(commDir, p)
+	if err != nil {
+		return nil, err
+	}
+	source := mppod.SourceDir(s.cfg.KubeletDir, mp)
+	t = time.Now()
+	shared, err := s.ensureSource(ctx, source, commDir, a, p, files)
+	s.metrics.Phase(metrics.PhaseMount, time.Since(t))
+	if err != nil {
+		return nil, err
+	}
+	t = time.Now()
+	err = s.bind(source, p)
+	s.metrics.Phase(metrics.PhaseBind, time.Since(t))
+	if err != nil {
+		return nil, err
+	}
+	d := time.Since(start)
+	log.Info("Published volume", "target", p.Target, "sharedSource", shared, "duration", d.String())
+	s.emit(&eventspb.VolumePublished{
+		Node: s.cfg.NodeName, VolumeId: p.VolumeID, PvName: p.PVName, WorkloadPodUid: p.PodUID,
+		MountpointPodName: mp, TargetPath: p.Target, ReadOnly: p.ReadOnly, SharedSource: shared,
+		DurationMs: d.Milliseconds(),
+	})
+	return &csi.NodePublishVolumeResponse{}, nil
+}
+
+// waitCode is DeadlineExceeded when the request's deadline ended the wait, else Unavailable:
+// both tell kubelet to retry.
+func waitCode(ctx context.Context) codes.Code {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return codes.DeadlineExceeded
+	}
+	return codes.Unavailable
+}
+
+// republish handles a target that is already mounted: a live bind of one of our sources is
+// kept (credentials refreshed, re-verified), a dead one is removed so the caller mounts
+// afresh, and a legacy mountpoint-s3 mount made outside a Mountpoint Pod is kept as it is.
+// It returns true when the target is published and nothing else is to be done.
+func (s *Server) republish(ctx context.Context, p *publishRequest) (bool, error) {
+	log := logr.FromContextOrDiscard(ctx)
+	state, entry, err := mount.Check(p.Target)
+	if err != nil {
+		return false, status.Errorf(codes.Internal, "check target %s: %v", p.Target, err)
+	}
+	switch state {
+	case mount.Missing, mount.NotMounted:
+		return false, nil
+	case mount.Corrupted:
+		log.Info("Target is a dead mount; replacing it", "target", p.Target)
+		if err := mount.Unmount(p.Target); err != nil {
+			return false, status.Errorf(codes.Internal, "remove dead mount at %s: %v", p.Target, err)
+		}
+		return false, nil
+	}
+	table, err := mount.ReadTable()
+	if err != nil {
+		return false, status.Errorf(codes.Internal, "%v", err)
+	}
+	source, ours := ourSource(table, entry, s.cfg.KubeletDir)
+	if !ours {
+		if mount.IsFUSE(entry) && entry.Source == mount.FUSESource {
+			log.Info("Target is a legacy mount made outside a Mountpoint Pod; keeping it until the workload restarts", "target", p.Target)
+			return true, nil
+		}
+		return false, status.Errorf(codes.FailedPrecondition, "target %s already holds a mount that is not from this driver (%s)", p.Target, entry.FsType)
+	}
+	if err := verify(p.Target, source); err != nil {
+		log.Info("Target does not verify; mounting it again", "reason", err.Error())
+		if err := mount.Unmount(p.Target); err != nil {
+			return false, status.Errorf(codes.Internal, "remove unverified mount at %s: %v", p.Target, err)
+		}
+		return false, nil
+	}
+	mp := filepath.Base(source)
+	pod, err := s.pods.Get(ctx, mp)
+	if err != nil || pod == nil {
+		// The published mount is fine; credentials are refreshed on the next republish.
+		return true, nil
+	}
+	unlock := s.mpLocks.Lock(mp)
+	defer unlock()
+	if _, err := s.writeCredentials(CommDir(s.cfg.KubeletDir, string(pod.UID)), p); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// ourSource finds the source mount, under the plugin's mnt dir, that target is a bind of.
+func ourSource(table mount.Table, target mount.Entry, kubeletDir string) (string, bool) {
+	mnt := filepath.Join(mppod.PluginDir(kubeletDir), "mnt")
+	for _, e := range table {
+		if filepath.Dir(e.MountPoint) == mnt && mount.IsFUSE(e) && mount.SameDevice(e, target) {
+			return e.MountPoint, true
+		}
+	}
+	return "", false
+}
+
+// writeCredentials writes the profile files for p into commDir.
+func (s *Server) writeCredentials(commDir string, p *publishRequest) (credentials.Files, error) {
+	creds := s.cfg.DriverCredentials
+	if p.AuthSource == volumecontext.AuthenticationSourceSecret {
+		c, err := credentials.FromSecrets(p.Secrets)
+		if err != nil {
+			return credentials.Files{}, status.Errorf(codes.InvalidArgument, "%v; set nodePublishSecretRef on the PersistentVolume", err)
+		}
+		creds = c
+	}
+	files, err := credentials.Write(commDir, creds, s.cfg.Region)
+	if err != nil {
+		return credentials.Files{}, status.Errorf(codes.Internal, "write credentials: %v", err)
+	}
+	return files, nil
+}
+
+// ensureSource mounts the Mountpoint Pod's filesystem on source unless it is already live.
+// It returns true when the source was already mounted (a shared mount).
+func (s *Server) ensureSource(ctx context.Context, source, commDir string, a *attach.Assignment, p *publishRequest, files credentials.Files) (bool, error) {
+	log := logr.FromContextOrDiscard(ctx)
+	state, entry, err := mount.Check(source)
+	if err != nil {
+		return false, status.Errorf(codes.Internal, "check source %s: %v", source, err)
+	}
+	switch state {
+	case mount.Mounted:
+		if mount.IsFUSE(entry) {
+			return true, nil
+		}
+		return false, status.Errorf(codes.Internal, "source %s holds a %s mount, not this driver's FUSE mount", source, entry.FsType)
+	case mount.Corrupted:
+		log.Info("The Mountpoint Pod's filesystem is dead; mounting it again for new workloads", "source", source)
+		if err := mount.Unmount(source); err != nil {
+			return false, status.Errorf(codes.Internal, "remove dead source mount %s: %v", source, err)
+		}
+	case mount.Missing:
+		if err := os.MkdirAll(source, 0o750); err != nil {
+			return false, status.Errorf(codes.Internal, "create source dir: %v", err)
+		}
+	}
+	return false, s.mountSource(ctx, source, commDir, a, p, files)
+}
+
+// mountSource mounts FUSE on source and hands the connection to the Mountpoint Pod.
+func (s *Server) mountSource(ctx context.Context, source, commDir string, a *attach.Assignment, p *publishRequest, files credentials.Files) error {
+	ns, mp := s.cfg.MountpointNamespace, a.MountpointPod
+	dev, err := mount.FUSE(source, a.Attachment.Spec.ReadOnly)
+	if err != nil {
+		return status.Errorf(codes.Internal, "%v", err)
+	}
+	defer func() { _ = dev.Close() }()
+	req := &handshake.Request{
+		Bucket: p.Bucket, Args: s.args(p), Env: s.env(),
+		ConfigFile: files.ConfigFile, CredentialsFile: files.CredentialsFile,
+		MaxRead: mount.FUSEMaxRead, VolumeID: p.VolumeID,
+	}
+	err = handshake.Send(ctx, filepath.Join(commDir, mppod.MountSockName), dev, req)
+	if err == nil {
+		logr.FromContextOrDiscard(ctx).Info("Mounted the Mountpoint Pod's filesystem", "source", source, "bucket", p.Bucket)
+		return nil
+	}
+	if uerr := mount.Unmount(source); uerr != nil {
+		logr.FromContextOrDiscard(ctx).Error(uerr, "Removing the failed source mount failed", "source", source)
+	}
+	s.emit(&eventspb.MountFailed{Node: s.cfg.NodeName, VolumeId: p.VolumeID, PvName: p.PVName,
+		MountpointPodName: mp, WorkloadPodUids: []string{p.PodUID}, Reason: "MounterError", Message: err.Error()})
+	var merr *handshake.MounterError
+	if errors.As(err, &merr) {
+		return status.Errorf(codes.Internal, "Mountpoint Pod %s/%s could not mount bucket %q: %s; see kubectl logs -n %s %s",
+			ns, mp, p.Bucket, merr.Message, ns, mp)
+	}
+	return status.Errorf(waitCode(ctx), "hand the mount of bucket %q to Mountpoint Pod %s/%s: %v; see kubectl logs -n %s %s",
+		p.Bucket, ns, mp, err, ns, mp)
+}
+
+// env is the S3 client configuration every Mountpoint Pod receives; never secrets.
+// args are the volume's mount options, checked by the policy, with the driver's own settings.
+func (s *Server) args(p *publishRequest) []string {
+	args := p.Options.Args()
+	if s.cfg.PathStyle && !p.Options.Has("force-path-style") {
+		args = append(args, "--force-path-style")
+	}
+	return args
+}
+
+func (s *Server) env() []string {
+	env := []string{"AWS_PROFILE=" + credentials.Profile}
+	if s.cfg.Region != "" {
+		env = append(env, "AWS_REGION="+s.cfg.Region)
+	}
+	if s.cfg.EndpointURL != "" {
+		env = append(env, "AWS_ENDPOINT_URL="+s.cfg.EndpointURL)
+	}
+	return env
+}
+
+// bind bind-mounts source on the target and verifies it; on failure it leaves nothing behind.
+func (s *Server) bind(source string, p *publishRequest) error {
+	created := false
+	err := os.Mkdir(p.Target, 0o750)
+	if errors.Is(err, os.ErrNotExist) {
+		err = os.MkdirAll(p.Target, 0o750)
+	}
+	switch {
+	case err == nil:
+		created = true
+	case !errors.Is(err, os.ErrExist):
+		return status.Errorf(codes.Internal, "create target dir: %v", err)
+	}
+	fail := func(err error) error {
+		_ = mount.Unmount(p.Target)
+		if created {
+			_ = mount.RemoveDir(p.Target)
+		}
+		return status.Errorf(codes.Internal, "%v", err)
+	}
+	if err := mount.BindMount(source, p.Target, p.ReadOnly); err != nil {
+		return fail(err)
+	}
+	if err := verify(p.Target, source); err != nil {
+		return fail(err)
+	}
+	return nil
+}
+
+// verify checks that target is a bind of the live FUSE mount at source.
+func verify(target, source string) error {
+	table, err := mount.ReadTable()
+	if err != nil {
+		return err
+	}
+	t, ok := table.Lookup(target)
+	if !ok {
+		return fmt.Errorf("verify %s: not mounted", target)
+	}
+	src, ok := table.Lookup(source)
+	if !ok || !mount.IsFUSE(src) || src.Source != mount.FUSESource {
+		return fmt.Errorf("verify %s: source %s is not this driver's FUSE mount", target, source)
+	}
+	if !mount.SameDevice(t, src) {
+		return fmt.Errorf("verify %s: not a bind of %s", target, source)
+	}
+	if _, err := os.Stat(target); err != nil {
+		return fmt.Errorf("verify %s: the filesystem does not answer: %w", target, err)
+	}
+	return nil
+}
+
+// emit publishes an audit event when events are enabled.
+func (s *Server) emit(payload proto.Message) {
+	if s.events != nil {
+		s.events.Notify("", payload)
+	}
+}

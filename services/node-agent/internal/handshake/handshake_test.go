@@ -1,0 +1,121 @@
+package handshake_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/s3csi/s3csi/shared/mppod"
+
+	"github.com/s3csi/s3csi/services/node-agent/internal/fusetest"
+	"github.com/s3csi/s3csi/services/node-agent/internal/handshake"
+	"github.com/s3csi/s3csi/services/node-agent/internal/mount"
+	"github.com/s3csi/s3csi/services/node-agent/internal/mounter"
+)
+
+// startMounter runs the mounter side in-process and returns its exit code channel.
+func startMounter(ctx context.Context, t *testing.T, commDir string, engine handshake.Engine) <-chan int {
+	t.Helper()
+	code := make(chan int, 1)
+	go func() { code <- mounter.Run(ctx, commDir, engine) }()
+	return code
+}
+
+func cleanupMount(t *testing.T, dir string) {
+	t.Cleanup(func() {
+		if err := mount.Unmount(dir); err != nil {
+			t.Logf("unmount %s: %v; detaching lazily", dir, err)
+			_ = unix.Unmount(dir, unix.MNT_DETACH)
+		}
+	})
+}
+
+func TestMountHandshakeServesAFilesystemOnThePassedConnection(t *testing.T) {
+	dir := t.TempDir()
+	commDir := filepath.Join(dir, "comm")
+	source := filepath.Join(dir, "source")
+	for _, d := range []string{commDir, source} {
+		if err := os.Mkdir(d, 0o750); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	code := startMounter(ctx, t, commDir, fusetest.NewEngine(commDir))
+
+	dev, err := mount.FUSE(source, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cleanupMount(t, source)
+	err = handshake.Send(ctx, filepath.Join(commDir, mppod.MountSockName), dev, &handshake.Request{
+		Bucket: "bucket-a", MaxRead: mount.FUSEMaxRead,
+	})
+	_ = dev.Close()
+	if err != nil {
+		t.Fatalf("send: %v", err)
+	}
+	got, err := os.ReadFile(filepath.Join(source, fusetest.HelloName))
+	if err != nil || string(got) != fusetest.HelloContent {
+		t.Fatalf("read through the mount: %q, %v", got, err)
+	}
+	if err := os.WriteFile(filepath.Join(commDir, mppod.MountExitName), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := mount.Unmount(source); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case c := <-code:
+		if c != 0 {
+			t.Fatalf("mounter exit code %d after a requested exit, want 0", c)
+		}
+	case <-ctx.Done():
+		t.Fatal("mounter did not exit after unmount")
+	}
+}
+
+func TestMounterRefusesAnInvalidRequestAndKeepsListening(t *testing.T) {
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	code := startMounter(ctx, t, dir, fusetest.NewEngine(dir))
+	sock := filepath.Join(dir, mppod.MountSockName)
+
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = null.Close() }()
+	err = handshake.Send(ctx, sock, null, &handshake.Request{Bucket: "", MaxRead: 1})
+	var merr *handshake.MounterError
+	if !errors.As(err, &merr) {
+		t.Fatalf("send invalid request: %v, want a MounterError", err)
+	}
+	// Still listening: an engine failure (a /dev/null fd is no FUSE connection) ends the run.
+	err = handshake.Send(ctx, sock, null, &handshake.Request{Bucket: "b", MaxRead: 1})
+	if !errors.As(err, &merr) {
+		t.Fatalf("send to a failing engine: %v, want a MounterError", err)
+	}
+	if c := <-code; c != 1 {
+		t.Fatalf("exit code %d, want 1", c)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, mppod.MountErrName))
+	if err != nil || len(b) == 0 {
+		t.Fatalf("mount.err: %q, %v", b, err)
+	}
+}
+
+func TestSendGivesUpWhenNoMounterListens(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	err := handshake.Send(ctx, filepath.Join(t.TempDir(), "mount.sock"), os.Stdin, &handshake.Request{Bucket: "b", MaxRead: 1})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err = %v, want deadline exceeded", err)
+	}
+}

@@ -1,0 +1,175 @@
+package handshake
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/go-logr/logr"
+	"golang.org/x/sys/unix"
+)
+
+// requestTimeout bounds the time a connected peer may take to send its request.
+const requestTimeout = 30 * time.Second
+
+// Engine starts a filesystem on a FUSE connection.
+type Engine interface {
+	// Mount serves req's bucket on the FUSE connection fd, which the caller's peer opened and
+	// mounted, and returns once the filesystem answers requests. Mount owns fd: it closes it on
+	// error and when the filesystem stops. The returned error text is shown to the operator
+	// (as the NodePublishVolume error), so it must say what is wrong and never hold secrets.
+	Mount(ctx context.Context, fd int, req *Request) (Mounted, error)
+}
+
+// Mounted is a serving filesystem.
+type Mounted interface {
+	// Wait blocks until the filesystem stops serving: nil once it was unmounted, else why it
+	// stopped.
+	Wait() error
+}
+
+// Serve accepts connections on ln until one request is mounted by engine, answers it, and then
+// waits until that filesystem stops. A connection with an invalid request is answered with the
+// error and the next one is accepted; an engine failure is answered and returned. Serve closes
+// ln before it returns, and returns ctx's error when ctx ends first.
+func Serve(ctx context.Context, ln *net.UnixListener, engine Engine) error {
+	log := logr.FromContextOrDiscard(ctx)
+	stop := context.AfterFunc(ctx, func() { _ = ln.Close() })
+	defer stop()
+	defer func() { _ = ln.Close() }()
+	for {
+		conn, err := ln.AcceptUnix()
+		if err != nil {
+			if ctx.Err() != nil {
+				return fmt.Errorf("accept mount request: %w", ctx.Err())
+			}
+			return fmt.Errorf("accept mount request: %w", err)
+		}
+		mounted, err := handle(ctx, conn, engine)
+		_ = conn.Close()
+		var invalid *invalidRequestError
+		switch {
+		case errors.As(err, &invalid):
+			log.Info("Refused an invalid mount request", "reason", err.Error())
+			continue
+		case err != nil:
+			return err
+		}
+		_ = ln.Close()
+		log.Info("Filesystem serving")
+		return wait(ctx, mounted)
+	}
+}
+
+// wait returns when the filesystem stops or ctx ends.
+func wait(ctx context.Context, m Mounted) error {
+	done := make(chan error, 1)
+	go func() { done <- m.Wait() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("serve filesystem: %w", ctx.Err())
+	}
+}
+
+type invalidRequestError struct{ err error }
+
+func (e *invalidRequestError) Error() string { return e.err.Error() }
+func (e *invalidRequestError) Unwrap() error { return e.err }
+
+// handle reads one request and its file, runs the engine and answers.
+func handle(ctx context.Context, conn *net.UnixConn, engine Engine) (Mounted, error) {
+	_ = conn.SetDeadline(time.Now().Add(requestTimeout))
+	req, fd, err := receive(conn)
+	if err == nil {
+		err = req.Validate()
+		if err != nil && fd >= 0 {
+			_ = unix.Close(fd)
+		}
+	}
+	if err != nil {
+		answer(conn, err.Error())
+		return nil, &invalidRequestError{err: err}
+	}
+	mounted, err := engine.Mount(ctx, fd, req)
+	if err != nil {
+		answer(conn, err.Error())
+		return nil, fmt.Errorf("mount bucket %s: %w", req.Bucket, err)
+	}
+	answer(conn, "")
+	return mounted, nil
+}
+
+func answer(conn *net.UnixConn, msg string) {
+	frame, err := encodeFrame(&Response{Version: Version, Error: msg})
+	if err != nil {
+		return
+	}
+	_, _ = conn.Write(frame)
+}
+
+// receive reads one request frame and exactly one attached file descriptor.
+func receive(conn *net.UnixConn) (*Request, int, error) {
+	buf := make([]byte, 4+MaxFrameSize)
+	oob := make([]byte, unix.CmsgSpace(4*4))
+	var fds []int
+	got := 0
+	want := -1
+	for want < 0 || got < want {
+		n, oobn, _, _, err := conn.ReadMsgUnix(buf[got:], oob)
+		if oobn > 0 {
+			fds = append(fds, parseRights(oob[:oobn])...)
+		}
+		if err != nil {
+			closeAll(fds)
+			return nil, -1, fmt.Errorf("read mount request: %w", err)
+		}
+		if n == 0 {
+			closeAll(fds)
+			return nil, -1, errors.New("read mount request: connection closed early")
+		}
+		got += n
+		if want < 0 && got >= 4 {
+			size := binary.BigEndian.Uint32(buf[:4])
+			if size > MaxFrameSize {
+				closeAll(fds)
+				return nil, -1, fmt.Errorf("read mount request: %d bytes exceed %d", size, MaxFrameSize)
+			}
+			want = 4 + int(size)
+		}
+	}
+	if len(fds) != 1 {
+		closeAll(fds)
+		return nil, -1, fmt.Errorf("read mount request: want 1 file descriptor, got %d", len(fds))
+	}
+	var req Request
+	if err := decodeBody(bytesReader(buf[4:want]), uint32(want-4), &req); err != nil { //nolint:gosec // bounded
+		closeAll(fds)
+		return nil, -1, err
+	}
+	return &req, fds[0], nil
+}
+
+func parseRights(oob []byte) []int {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil
+	}
+	var fds []int
+	for i := range msgs {
+		if rights, err := unix.ParseUnixRights(&msgs[i]); err == nil {
+			fds = append(fds, rights...)
+		}
+	}
+	return fds
+}
+
+func closeAll(fds []int) {
+	for _, fd := range fds {
+		_ = unix.Close(fd)
+	}
+}

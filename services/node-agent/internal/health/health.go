@@ -1,0 +1,156 @@
+// Package health watches the node's source mounts and reports a dead FUSE connection (the
+// Mountpoint Pod's filesystem crashed, was OOM-killed or evicted): a mount.failed event, and a
+// Warning Event on every workload pod that uses it, telling the operator what to do.
+package health
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	s3csiv2 "github.com/s3csi/s3csi/shared/api/v2"
+	"github.com/s3csi/s3csi/shared/events/eventspb"
+	"github.com/s3csi/s3csi/shared/mppod"
+
+	"github.com/s3csi/s3csi/services/node-agent/internal/csi"
+	"github.com/s3csi/s3csi/services/node-agent/internal/mount"
+)
+
+// DefaultPeriod is how often sources are checked: a dead mount is reported within it.
+const DefaultPeriod = 5 * time.Second
+
+// Reason is the reason of the Warning Events and of the mount.failed events.
+const Reason = "MountpointConnectionLost"
+
+// Monitor is a runnable that checks every source mount each period.
+type Monitor struct {
+	kubeletDir, node, namespace string
+	period                      time.Duration
+	api                         client.Client
+	sink                        csi.EventSink
+	reported                    map[string]bool
+}
+
+// New returns a Monitor; api must read the API server directly. sink may be nil.
+func New(kubeletDir, node, namespace string, period time.Duration, api client.Client, sink csi.EventSink) *Monitor {
+	if period <= 0 {
+		period = DefaultPeriod
+	}
+	return &Monitor{kubeletDir: kubeletDir, node: node, namespace: namespace, period: period, api: api, sink: sink, reported: map[string]bool{}}
+}
+
+// Start checks every period until ctx ends.
+func (m *Monitor) Start(ctx context.Context) error {
+	ticker := time.NewTicker(m.period)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+			m.Check(ctx)
+		}
+	}
+}
+
+// Check looks at every source once and reports each newly dead one.
+func (m *Monitor) Check(ctx context.Context) {
+	log := logr.FromContextOrDiscard(ctx)
+	dirs, err := os.ReadDir(filepath.Join(mppod.PluginDir(m.kubeletDir), "mnt"))
+	if err != nil {
+		if !errors.Is(err, os.ErrNotExist) {
+			log.Error(err, "Listing source dirs failed")
+		}
+		return
+	}
+	seen := map[string]bool{}
+	for _, d := range dirs {
+		name := d.Name()
+		seen[name] = true
+		state, _, err := mount.Check(filepath.Join(mppod.PluginDir(m.kubeletDir), "mnt", name))
+		if err != nil || state != mount.Corrupted {
+			delete(m.reported, name)
+			continue
+		}
+		if m.reported[name] {
+			continue
+		}
+		if err := m.report(ctx, name); err != nil {
+			log.Error(err, "Reporting a dead mount failed; retrying", "mountpointPod", name)
+			continue
+		}
+		m.reported[name] = true
+	}
+	for name := range m.reported {
+		if !seen[name] {
+			delete(m.reported, name)
+		}
+	}
+}
+
+// report publishes mount.failed and a Warning Event on each workload of the Mountpoint Pod.
+func (m *Monitor) report(ctx context.Context, mp string) error {
+	var s3pas s3csiv2.MountpointS3PodAttachmentList
+	if err := m.api.List(ctx, &s3pas, client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector(s3csiv2.FieldNodeName, m.node)}); err != nil {
+		return fmt.Errorf("list attachments: %w", err)
+	}
+	uids := map[string]bool{}
+	var volumeID, pvName string
+	for _, a := range s3pas.Items {
+		for _, w := range a.Spec.MountpointS3PodAttachments[mp] {
+			uids[w.WorkloadPodUID] = true
+			volumeID, pvName = a.Spec.VolumeID, a.Spec.PersistentVolumeName
+		}
+	}
+	msg := fmt.Sprintf("The S3 filesystem served by Mountpoint Pod %s/%s stopped (transport endpoint is not connected); "+
+		"restart this pod to mount the volume again, and see kubectl logs -n %s %s --previous", m.namespace, mp, m.namespace, mp)
+	logr.FromContextOrDiscard(ctx).Info("A Mountpoint Pod's filesystem is dead", "mountpointPod", mp, "workloads", len(uids))
+	var pods corev1.PodList
+	if err := m.api.List(ctx, &pods, client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("spec.nodeName", m.node)}); err != nil {
+		return fmt.Errorf("list pods of node: %w", err)
+	}
+	var affected []string
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if !uids[string(p.UID)] {
+			continue
+		}
+		affected = append(affected, string(p.UID))
+		if err := m.api.Create(ctx, warning(p, m.node, msg)); err != nil {
+			return fmt.Errorf("create event for pod %s/%s: %w", p.Namespace, p.Name, err)
+		}
+	}
+	if m.sink != nil {
+		m.sink.Notify("", &eventspb.MountFailed{Node: m.node, VolumeId: orUnknown(volumeID), PvName: pvName,
+			MountpointPodName: mp, WorkloadPodUids: affected, Reason: Reason, Message: msg})
+	}
+	return nil
+}
+
+func warning(p *corev1.Pod, node, msg string) *corev1.Event {
+	now := metav1.Now()
+	return &corev1.Event{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: p.Name + ".", Namespace: p.Namespace},
+		InvolvedObject: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: p.Namespace,
+			Name: p.Name, UID: p.UID},
+		Type: corev1.EventTypeWarning, Reason: Reason, Message: msg,
+		Source:         corev1.EventSource{Component: "s3csi-node-agent", Host: node},
+		FirstTimestamp: now, LastTimestamp: now, Count: 1,
+	}
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
+}

@@ -1,0 +1,100 @@
+package mounter
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/go-logr/logr"
+
+	"github.com/s3csi/s3csi/shared/mountargs"
+
+	"github.com/s3csi/s3csi/services/node-agent/internal/handshake"
+	"github.com/s3csi/s3csi/services/node-agent/internal/mount"
+	"github.com/s3csi/s3csi/services/node-agent/internal/s3fs"
+)
+
+// allowedEnv are the settings a mount request may give the S3 client. Anything else in a
+// request is refused: the request comes from the node-agent, but the mounter trusts only what
+// it needs.
+var allowedEnv = map[string]bool{"AWS_PROFILE": true, "AWS_REGION": true, "AWS_ENDPOINT_URL": true}
+
+// S3Engine serves mount requests with the s3fs filesystem.
+//
+// A Mountpoint Pod serves exactly one mount, so the request's settings and the paths of the
+// profile files the node-agent writes into the comm dir become the process environment, where
+// the AWS configuration chain reads them; the credentials are re-read whenever those files
+// change, so rotation needs no remount.
+type S3Engine struct {
+	// CommDir is the comm emptyDir; request file names are relative to it.
+	CommDir string
+	// Log receives the filesystem's mount-level events.
+	Log logr.Logger
+}
+
+// Mount implements handshake.Engine.
+func (e *S3Engine) Mount(ctx context.Context, fd int, req *handshake.Request) (handshake.Mounted, error) {
+	m, err := e.mount(ctx, fd, req)
+	if err != nil {
+		_ = syscall.Close(fd) // the engine owns fd (handshake.Engine)
+		return nil, err
+	}
+	return mounted{m}, nil
+}
+
+func (e *S3Engine) mount(ctx context.Context, fd int, req *handshake.Request) (*s3fs.Mounted, error) {
+	if req.MaxRead != mount.FUSEMaxRead {
+		return nil, fmt.Errorf("mount was made with max_read=%d, this mounter serves %d", req.MaxRead, mount.FUSEMaxRead)
+	}
+	opts, err := mountargs.ParseMountOptions(req.Args)
+	if err != nil {
+		return nil, fmt.Errorf("parse mount options: %w", err)
+	}
+	opts.Bucket = req.Bucket
+	opts.MountPoint = fmt.Sprintf("/dev/fd/%d", fd)
+	if err := opts.Validate(); err != nil {
+		return nil, fmt.Errorf("check mount options: %w", err)
+	}
+	if err := e.setEnv(req); err != nil {
+		return nil, err
+	}
+	return s3fs.MountFD(ctx, fd, s3fs.Config{Options: opts, Log: e.Log})
+}
+
+func (e *S3Engine) setEnv(req *handshake.Request) error {
+	env := map[string]string{}
+	for _, kv := range req.Env {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || !allowedEnv[k] {
+			return fmt.Errorf("mount request sets %q: only %s are accepted", k, "AWS_PROFILE, AWS_REGION, AWS_ENDPOINT_URL")
+		}
+		env[k] = v
+	}
+	for key, name := range map[string]string{"AWS_CONFIG_FILE": req.ConfigFile, "AWS_SHARED_CREDENTIALS_FILE": req.CredentialsFile} {
+		if name == "" {
+			continue
+		}
+		if !filepath.IsLocal(name) {
+			return fmt.Errorf("mount request names profile file %q outside the comm dir", name)
+		}
+		env[key] = filepath.Join(e.CommDir, name)
+	}
+	for k, v := range env {
+		if err := os.Setenv(k, v); err != nil {
+			return fmt.Errorf("set %s: %w", k, err)
+		}
+	}
+	return nil
+}
+
+// mounted adapts s3fs.Mounted to handshake.Mounted.
+type mounted struct{ m *s3fs.Mounted }
+
+// Wait blocks until the owner unmounted the filesystem.
+func (m mounted) Wait() error {
+	m.m.Wait()
+	return nil
+}

@@ -1,0 +1,160 @@
+// Package podwatch watches the Mountpoint Pods of this node, and only those: the API server
+// filters by namespace and spec.nodeName, so a node-agent never holds the pods of other nodes.
+package podwatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// ErrPodFinished is returned when a Mountpoint Pod ended before it ran: it will not serve.
+var ErrPodFinished = errors.New("mountpoint pod has finished")
+
+// Watcher holds this node's Mountpoint Pods and wakes those waiting for one to run.
+type Watcher struct {
+	namespace string
+	cache     cache.Cache
+
+	mu      sync.Mutex
+	waiters map[string]map[chan struct{}]struct{}
+}
+
+// New returns a Watcher of the pods in namespace scheduled to node. Start runs it.
+func New(cfg *rest.Config, scheme *runtime.Scheme, namespace, node string) (*Watcher, error) {
+	c, err := cache.New(cfg, cache.Options{
+		Scheme: scheme,
+		ByObject: map[client.Object]cache.ByObject{
+			&corev1.Pod{}: {
+				Namespaces: map[string]cache.Config{namespace: {}},
+				Field:      fields.OneTermEqualSelector("spec.nodeName", node),
+			},
+		},
+		ReaderFailOnMissingInformer: true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create mountpoint pod cache: %w", err)
+	}
+	return &Watcher{namespace: namespace, cache: c, waiters: map[string]map[chan struct{}]struct{}{}}, nil
+}
+
+// Start runs the watch until ctx ends; the informer exists before the cache starts, so no
+// event is missed.
+func (w *Watcher) Start(ctx context.Context) error {
+	inf, err := w.cache.GetInformer(ctx, &corev1.Pod{})
+	if err != nil {
+		return fmt.Errorf("get mountpoint pod informer: %w", err)
+	}
+	wake := func(obj any) {
+		if tomb, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+			obj = tomb.Obj
+		}
+		if p, ok := obj.(*corev1.Pod); ok {
+			w.notify(p.Name)
+		}
+	}
+	reg, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    wake,
+		UpdateFunc: func(_, obj any) { wake(obj) },
+		DeleteFunc: wake,
+	})
+	if err != nil {
+		return fmt.Errorf("watch mountpoint pods: %w", err)
+	}
+	defer func() { _ = inf.RemoveEventHandler(reg) }()
+	if err := w.cache.Start(ctx); err != nil {
+		return fmt.Errorf("run mountpoint pod cache: %w", err)
+	}
+	return nil
+}
+
+// WaitForCacheSync blocks until the watch has listed the pods once, or ctx ends.
+func (w *Watcher) WaitForCacheSync(ctx context.Context) bool {
+	return w.cache.WaitForCacheSync(ctx)
+}
+
+func (w *Watcher) notify(name string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for ch := range w.waiters[name] {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Get returns the named Mountpoint Pod, or nil when this node has none of that name.
+func (w *Watcher) Get(ctx context.Context, name string) (*corev1.Pod, error) {
+	var pod corev1.Pod
+	err := w.cache.Get(ctx, client.ObjectKey{Namespace: w.namespace, Name: name}, &pod)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get mountpoint pod %s: %w", name, err)
+	}
+	return &pod, nil
+}
+
+// List returns this node's Mountpoint Pods.
+func (w *Watcher) List(ctx context.Context) ([]corev1.Pod, error) {
+	var list corev1.PodList
+	if err := w.cache.List(ctx, &list); err != nil {
+		return nil, fmt.Errorf("list mountpoint pods: %w", err)
+	}
+	return list.Items, nil
+}
+
+// WaitRunning returns the named pod once it is Running, woken by the watch (never a poll).
+// A pod that does not exist yet is waited for; one that ended fails with ErrPodFinished.
+func (w *Watcher) WaitRunning(ctx context.Context, name string) (*corev1.Pod, error) {
+	ch := make(chan struct{}, 1)
+	w.mu.Lock()
+	if w.waiters[name] == nil {
+		w.waiters[name] = map[chan struct{}]struct{}{}
+	}
+	w.waiters[name][ch] = struct{}{}
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		delete(w.waiters[name], ch)
+		if len(w.waiters[name]) == 0 {
+			delete(w.waiters, name)
+		}
+		w.mu.Unlock()
+	}()
+	for {
+		pod, err := w.Get(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		if pod != nil {
+			switch pod.Status.Phase {
+			case corev1.PodRunning:
+				return pod, nil
+			case corev1.PodSucceeded, corev1.PodFailed:
+				return nil, fmt.Errorf("mountpoint pod %s/%s is %s: %w", w.namespace, name, pod.Status.Phase, ErrPodFinished)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			phase := "not created yet"
+			if pod != nil {
+				phase = string(pod.Status.Phase)
+			}
+			return nil, fmt.Errorf("wait for mountpoint pod %s/%s to run (%s): %w", w.namespace, name, phase, ctx.Err())
+		case <-ch:
+		}
+	}
+}

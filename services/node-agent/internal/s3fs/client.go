@@ -1,0 +1,88 @@
+package s3fs
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
+
+	"github.com/s3csi/s3csi/shared/mountargs"
+)
+
+// newClient builds the S3 client of one mount.
+//
+// Problem: the SDK's default retryer gives up early under a burst of errors (its retry token
+// bucket) and its default transport keeps two idle connections per host, which serializes the
+// parallel ranged GETs that prefetch depends on.
+// Solution: a standard retryer with jittered backoff (throttling and 5xx are retried) and no
+// retry quota, a transport sized for the mount's concurrency, and a response-header timeout so a
+// silent endpoint fails a request instead of hanging it.
+func newClient(ctx context.Context, opts *mountargs.Options, creds aws.CredentialsProvider, cfg *Config) (*s3.Client, error) {
+	var loadOpts []func(*config.LoadOptions) error
+	if opts.Profile != "" {
+		loadOpts = append(loadOpts, config.WithSharedConfigProfile(opts.Profile))
+	}
+	awsCfg, err := config.LoadDefaultConfig(ctx, loadOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("load AWS configuration: %w", err)
+	}
+	region := opts.Region
+	if region == "" {
+		region = awsCfg.Region
+	}
+	if region == "" {
+		region = "us-east-1"
+	}
+	conns := cfg.maxThreads() * 2
+	// Start from the loaded client so that AWS_CA_BUNDLE and proxy settings are kept.
+	base, ok := awsCfg.HTTPClient.(*awshttp.BuildableClient)
+	if !ok {
+		base = awshttp.NewBuildableClient()
+	}
+	httpClient := base.
+		WithDialerOptions(func(d *net.Dialer) { d.Timeout = cfg.RequestTimeout }).
+		WithTransportOptions(func(t *http.Transport) {
+			t.MaxIdleConns = conns
+			t.MaxIdleConnsPerHost = conns
+			t.ResponseHeaderTimeout = cfg.RequestTimeout
+		})
+	return s3.NewFromConfig(awsCfg, func(o *s3.Options) {
+		o.Region = region
+		o.HTTPClient = httpClient
+		o.UsePathStyle = opts.ForcePathStyle
+		if opts.EndpointURL != "" {
+			o.BaseEndpoint = aws.String(opts.EndpointURL)
+		}
+		switch {
+		case opts.NoSignRequest:
+			o.Credentials = aws.AnonymousCredentials{}
+		case creds != nil:
+			o.Credentials = aws.NewCredentialsCache(creds)
+		}
+		o.Retryer = retry.NewStandard(func(r *retry.StandardOptions) {
+			r.MaxAttempts = 4
+			r.MaxBackoff = 2 * time.Second
+			r.RateLimiter = ratelimit.None
+		})
+		o.RequestChecksumCalculation = aws.RequestChecksumCalculationWhenRequired
+		o.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
+		if opts.RequesterPays {
+			o.APIOptions = append(o.APIOptions, smithyhttp.SetHeaderValue("x-amz-request-payer", "requester"))
+		}
+		if opts.ExpectedBucketOwner != "" {
+			o.APIOptions = append(o.APIOptions, smithyhttp.SetHeaderValue("x-amz-expected-bucket-owner", opts.ExpectedBucketOwner))
+		}
+		if opts.UserAgentPrefix != "" {
+			o.AppID = opts.UserAgentPrefix
+		}
+	}), nil
+}

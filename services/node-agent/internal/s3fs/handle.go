@@ -1,0 +1,134 @@
+package s3fs
+
+import (
+	"context"
+	"sync"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// handle is an open file: a reader, a writer, or a pending overwrite waiting for its O_TRUNC.
+type handle struct {
+	node *fileNode
+
+	mu               sync.Mutex
+	reader           *reader
+	writer           *writer
+	pendingOverwrite bool
+}
+
+var (
+	_ fs.FileReader   = (*handle)(nil)
+	_ fs.FileWriter   = (*handle)(nil)
+	_ fs.FileFlusher  = (*handle)(nil)
+	_ fs.FileFsyncer  = (*handle)(nil)
+	_ fs.FileReleaser = (*handle)(nil)
+)
+
+func (h *handle) current() (*reader, *writer) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.reader, h.writer
+}
+
+// beginOverwrite turns a pending overwrite into a writer of a new version of the object.
+func (h *handle) beginOverwrite(context.Context) syscall.Errno {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.writer != nil {
+		return 0
+	}
+	n := h.node
+	parent, name := h.parentOf()
+	if parent == nil {
+		return syscall.EPERM
+	}
+	n.mu.Lock()
+	if n.writer != nil {
+		n.mu.Unlock()
+		return syscall.EPERM
+	}
+	n.writer = newWriter(n.fsys, n, parent, name)
+	h.writer = n.writer
+	if n.pending == h {
+		n.pending = nil
+	}
+	n.mu.Unlock()
+	parent.setLocal(name, n.EmbeddedInode())
+	h.pendingOverwrite = false
+	if h.reader != nil {
+		h.reader.close()
+		h.reader = nil
+	}
+	return 0
+}
+
+func (h *handle) parentOf() (*dirNode, string) {
+	name, parent := h.node.Parent()
+	if parent == nil {
+		return nil, ""
+	}
+	d, _ := parent.Operations().(*dirNode)
+	return d, name
+}
+
+// Read serves reads of an object; a handle writing a file cannot read.
+func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	r, w := h.current()
+	if w != nil || r == nil {
+		return nil, syscall.EBADF
+	}
+	n, errno := r.read(ctx, dest, off)
+	if errno != 0 {
+		return nil, errno
+	}
+	return fuse.ReadResultData(dest[:n]), 0
+}
+
+// Write appends to a file being written; writes must be sequential.
+func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	_, w := h.current()
+	if w == nil {
+		return 0, syscall.EPERM
+	}
+	return w.write(ctx, data, off)
+}
+
+// Flush completes the upload when a file that has data is closed, so the object is in the bucket
+// when close returns; an empty file is completed by Release, after its last descriptor closes,
+// so that `touch` and shell redirections holding several descriptors work.
+func (h *handle) Flush(ctx context.Context) syscall.Errno {
+	_, w := h.current()
+	if w == nil || w.written() == 0 {
+		return 0
+	}
+	return w.complete(ctx)
+}
+
+// Fsync completes the upload; later writes fail.
+func (h *handle) Fsync(ctx context.Context, _ uint32) syscall.Errno {
+	_, w := h.current()
+	if w == nil {
+		return 0
+	}
+	return w.complete(ctx)
+}
+
+// Release completes an upload not completed yet and frees read buffers.
+func (h *handle) Release(ctx context.Context) syscall.Errno {
+	h.node.mu.Lock()
+	if h.node.pending == h {
+		h.node.pending = nil
+	}
+	h.node.mu.Unlock()
+	r, w := h.current()
+	if r != nil {
+		r.close()
+	}
+	if w != nil {
+		return w.complete(ctx)
+	}
+	return 0
+}

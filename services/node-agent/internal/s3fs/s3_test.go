@@ -1,0 +1,36 @@
+package s3fs
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+
+	"github.com/s3csi/s3csi/shared/testenv"
+)
+
+func putBytes(ctx context.Context, s *testenv.S3, key string, body []byte) error {
+	_, err := s.RootClient().PutObject(ctx, &s3.PutObjectInput{
+		Bucket: aws.String(s.Bucket), Key: aws.String(key), Body: bytes.NewReader(body),
+	})
+	return err
+}
+
+// getBytes returns an object's content, or ok=false when it does not exist.
+func getBytes(ctx context.Context, s *testenv.S3, key string) ([]byte, bool, error) {
+	out, err := s.RootClient().GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(s.Bucket), Key: aws.String(key)})
+	var nsk *types.NoSuchKey
+	if errors.As(err, &nsk) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	defer out.Body.Close()
+	b, err := io.ReadAll(out.Body)
+	return b, true, err
+}
