@@ -39,7 +39,7 @@ test: tools-test envtest-bins ## Run every module's tests against the real API s
 	@for m in $(MODULES); do echo "== test $$m"; (cd $$m && GOWORK=off $(GO) test $(GOTEST_FLAGS) ./...); done
 
 .PHONY: bench
-bench: tools-test envtest-bins ## Run every module's benchmarks against the real components; prints the figures.
+bench: tools-test envtest-bins bench-deps ## Run every module's benchmarks against the real components; prints the figures.
 	@for m in $(MODULES); do echo "== bench $$m"; \
 	  (cd $$m && GOWORK=off $(GO) test -run='^$$' -bench=. -benchmem -timeout=60m ./...); done
 
@@ -75,6 +75,11 @@ tools: $(TOOLS) ## Build the pinned tools into bin/.
 
 .PHONY: tools-test
 tools-test: $(VERSITYGW)
+
+.PHONY: bench-deps
+bench-deps: # The FUSE clients s3csi-mounter is compared with (Debian's s3fs and rclone).
+	@command -v s3fs >/dev/null && command -v rclone >/dev/null || { \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq s3fs rclone; }
 
 .PHONY: envtest-bins
 envtest-bins: ## Build kube-apiserver and etcd from source into ~/.cache/s3csi (once, ~10 min).
