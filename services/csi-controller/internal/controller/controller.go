@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -14,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/s3csi/s3csi/shared/keymutex"
 	"github.com/s3csi/s3csi/shared/s3client"
 	"github.com/s3csi/s3csi/shared/volumecontext"
 
@@ -48,7 +48,7 @@ type Controller struct {
 	prefix   string
 	metrics  *metrics.Metrics
 	notifier Notifier
-	locks    *keyedMutex
+	locks    *keymutex.Mutex
 	now      func() time.Time
 }
 
@@ -59,7 +59,7 @@ func New(cfg Config) *Controller {
 		prefix:   cfg.BucketPrefix,
 		metrics:  cfg.Metrics,
 		notifier: cfg.Notifier,
-		locks:    newKeyedMutex(),
+		locks:    &keymutex.Mutex{},
 		now:      time.Now,
 	}
 }
@@ -132,59 +132,21 @@ func validateCapabilities(caps []*csi.VolumeCapability) error {
 	return nil
 }
 
-// keyedMutex serializes the RPCs on one volume.
+// lockVolume serializes the RPCs on one volume.
 //
 // Problem: the external-provisioner may send a second CreateVolume for a name while the first
 // is still running (after its own timeout); both would race between "bucket missing" and
 // "bucket tagged".
-// Solution: RPCs on one bucket take its lock, waiting no longer than their context.
+// Solution: RPCs on one bucket take its lock, waiting no longer than their context; a call that
+// gives up is answered ABORTED, which the sidecar retries.
 // Invariant: at most one RPC per bucket runs in this process; across replicas S3 itself
 // arbitrates (one CreateBucket wins) and the tags make the loser's outcome identical.
-type keyedMutex struct {
-	mu    sync.Mutex
-	locks map[string]*keyLock
-}
-
-// keyLock is one key's lock; refs counts holders and waiters, so that it leaves the map only
-// when nobody can still take it.
-type keyLock struct {
-	held chan struct{}
-	refs int
-}
-
-func newKeyedMutex() *keyedMutex {
-	return &keyedMutex{locks: map[string]*keyLock{}}
-}
-
-// lock takes key's lock and returns its release, or an Aborted status when ctx ends first.
-func (k *keyedMutex) lock(ctx context.Context, key string) (func(), error) {
-	k.mu.Lock()
-	l, ok := k.locks[key]
-	if !ok {
-		l = &keyLock{held: make(chan struct{}, 1)}
-		k.locks[key] = l
+func (c *Controller) lockVolume(ctx context.Context, bucket string) (func(), error) {
+	unlock, err := c.locks.LockContext(ctx, bucket)
+	if err != nil {
+		return nil, status.Errorf(codes.Aborted, "an operation on volume %q is already running; retry later", bucket)
 	}
-	l.refs++
-	k.mu.Unlock()
-	select {
-	case l.held <- struct{}{}:
-		return func() {
-			<-l.held
-			k.unref(key, l)
-		}, nil
-	case <-ctx.Done():
-		k.unref(key, l)
-		return nil, status.Errorf(codes.Aborted, "an operation on volume %q is already running; retry later", key)
-	}
-}
-
-func (k *keyedMutex) unref(key string, l *keyLock) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	l.refs--
-	if l.refs == 0 {
-		delete(k.locks, key)
-	}
+	return unlock, nil
 }
 
 func (c *Controller) log(ctx context.Context) logr.Logger {

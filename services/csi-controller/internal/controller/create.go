@@ -51,7 +51,7 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 		return nil, err
 	}
 	bucket := BucketName(c.prefix, req.GetName())
-	unlock, err := c.locks.lock(ctx, bucket)
+	unlock, err := c.lockVolume(ctx, bucket)
 	if err != nil {
 		return nil, err
 	}

@@ -35,7 +35,7 @@ func (c *Controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequ
 	if err != nil {
 		return nil, err
 	}
-	unlock, err := c.locks.lock(ctx, bucket)
+	unlock, err := c.lockVolume(ctx, bucket)
 	if err != nil {
 		return nil, err
 	}

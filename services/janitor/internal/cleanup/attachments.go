@@ -27,7 +27,7 @@ import (
 // Invariant: a workload entry is removed only if its pod was absent from a pod list read after
 // the attachment version the write is conditioned on.
 func (j *Janitor) CheckNode(ctx context.Context, node string) error {
-	defer j.locks.lock("node/" + node)()
+	defer j.locks.Lock("node/" + node)()
 	err := onConflict(ctx, func() error {
 		gone, err := j.nodeGone(ctx, node)
 		if err != nil {

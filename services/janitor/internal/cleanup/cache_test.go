@@ -31,22 +31,3 @@ func TestMountpointPodNode(t *testing.T) {
 		})
 	}
 }
-
-func TestKeyedMutexSerializesOneKeyAndForgetsIt(t *testing.T) {
-	var k keyedMutex
-	unlockA := k.lock("a")
-	unlockB := k.lock("b") // another key is not blocked
-	locked := make(chan struct{})
-	go func() {
-		defer close(locked)
-		k.lock("a")()
-	}()
-	unlockB()
-	unlockA()
-	<-locked
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if len(k.locks) != 0 {
-		t.Errorf("%d keys still held, want none once unlocked", len(k.locks))
-	}
-}

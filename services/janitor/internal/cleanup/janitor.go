@@ -18,6 +18,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/s3csi/s3csi/shared/keymutex"
 )
 
 // Reasons recorded in attachment.cleaned events and in the removed-objects metric.
@@ -83,7 +85,7 @@ type Janitor struct {
 	metrics *Metrics
 	log     logr.Logger
 
-	locks keyedMutex
+	locks keymutex.Mutex
 
 	mu           sync.Mutex
 	missingSince map[string]time.Time // node name -> first time the API server said it was gone
@@ -131,41 +133,5 @@ func onConflict(ctx context.Context, fn func() error) error {
 			return errors.Join(err, ctx.Err())
 		case <-time.After(time.Duration(attempt) * 10 * time.Millisecond):
 		}
-	}
-}
-
-// keyedMutex serializes work on one key without a global lock.
-type keyedMutex struct {
-	mu    sync.Mutex
-	locks map[string]*keyedEntry
-}
-
-type keyedEntry struct {
-	mu   sync.Mutex
-	refs int
-}
-
-// lock locks key and returns its unlock function.
-func (k *keyedMutex) lock(key string) func() {
-	k.mu.Lock()
-	if k.locks == nil {
-		k.locks = map[string]*keyedEntry{}
-	}
-	e := k.locks[key]
-	if e == nil {
-		e = &keyedEntry{}
-		k.locks[key] = e
-	}
-	e.refs++
-	k.mu.Unlock()
-	e.mu.Lock()
-	return func() {
-		e.mu.Unlock()
-		k.mu.Lock()
-		e.refs--
-		if e.refs == 0 {
-			delete(k.locks, key)
-		}
-		k.mu.Unlock()
 	}
 }

@@ -27,7 +27,7 @@ import (
 // Invariant: a Mountpoint Pod is annotated or deleted only if no attachment referenced it after
 // the pod version the write is conditioned on was read; an annotated pod gets no new workload.
 func (j *Janitor) CheckMountpointPod(ctx context.Context, name string) error {
-	defer j.locks.lock("mountpointpod/" + name)()
+	defer j.locks.Lock("mountpointpod/" + name)()
 	if err := onConflict(ctx, func() error { return j.checkMountpointPodOnce(ctx, name) }); err != nil {
 		j.metrics.Errors.WithLabelValues("mountpointpod").Inc()
 		return fmt.Errorf("check Mountpoint Pod %s: %w", name, err)

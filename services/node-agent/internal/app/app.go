@@ -21,6 +21,7 @@ import (
 	"github.com/s3csi/s3csi/shared/admin"
 	s3csiv2 "github.com/s3csi/s3csi/shared/api/v2"
 	"github.com/s3csi/s3csi/shared/events"
+	"github.com/s3csi/s3csi/shared/keymutex"
 	"github.com/s3csi/s3csi/shared/mppod"
 
 	"github.com/s3csi/s3csi/services/node-agent/internal/attach"
@@ -116,7 +117,7 @@ func newService(ctx context.Context, opts *options.Options, cfg *rest.Config) (*
 		return nil, err
 	}
 	waiter := attach.NewWaiter(opts.NodeName, api, opts.AttachmentRereadPeriod, m)
-	locks := csi.NewKeyedMutex()
+	locks := &keymutex.Mutex{}
 	s := &service{opts: opts, admin: admin.New(opts.AdminAddr, reg), pods: pods}
 	s.cleaner = cleanup.New(opts.KubeletDir, pods, locks, opts.CleanupPeriod, m)
 	var sink csi.EventSink

@@ -13,6 +13,7 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/s3csi/s3csi/shared/keymutex"
 	"github.com/s3csi/s3csi/shared/mppod"
 
 	"github.com/s3csi/s3csi/services/node-agent/internal/csi"
@@ -53,14 +54,14 @@ type Recorder interface{ Cleanup(outcome string) }
 type Cleaner struct {
 	kubeletDir string
 	pods       PodReader
-	locks      *csi.KeyedMutex
+	locks      *keymutex.Mutex
 	period     time.Duration
 	rec        Recorder
 	trigger    chan string
 }
 
 // New returns a Cleaner; period <= 0 means DefaultPeriod, rec may be nil.
-func New(kubeletDir string, pods PodReader, locks *csi.KeyedMutex, period time.Duration, rec Recorder) *Cleaner {
+func New(kubeletDir string, pods PodReader, locks *keymutex.Mutex, period time.Duration, rec Recorder) *Cleaner {
 	if period <= 0 {
 		period = DefaultPeriod
 	}

@@ -14,10 +14,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/s3csi/s3csi/shared/keymutex"
 	"github.com/s3csi/s3csi/shared/mppod"
 
 	"github.com/s3csi/s3csi/services/node-agent/internal/cleanup"
-	"github.com/s3csi/s3csi/services/node-agent/internal/csi"
 	"github.com/s3csi/s3csi/services/node-agent/internal/fusetest"
 	"github.com/s3csi/s3csi/services/node-agent/internal/mount"
 )
@@ -35,7 +35,7 @@ func TestNeedsUnmountCleansTheSourceOnlyOnceNoWorkloadBindsIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	source := n.kubelet.SourceDir(mpName)
-	cleaner := cleanup.New(n.kubelet.Root, n.pods, csi.NewKeyedMutex(), time.Hour, nil)
+	cleaner := cleanup.New(n.kubelet.Root, n.pods, &keymutex.Mutex{}, time.Hour, nil)
 
 	if got, err := cleaner.Clean(ctx, mpName); err != nil || got != cleanup.OutcomeKept {
 		t.Fatalf("clean of a serving pod: %q, %v; want kept", got, err)
@@ -104,7 +104,7 @@ func TestSourcesOfGoneMountpointPodsAreCleaned(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, func() bool { p, _ := n.pods.Get(ctx, mpName); return p == nil })
-	cleanup.New(n.kubelet.Root, n.pods, csi.NewKeyedMutex(), time.Hour, nil).Sweep(ctx)
+	cleanup.New(n.kubelet.Root, n.pods, &keymutex.Mutex{}, time.Hour, nil).Sweep(ctx)
 	table, err := mount.ReadTable()
 	if err != nil {
 		t.Fatal(err)

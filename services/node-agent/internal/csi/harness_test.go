@@ -25,6 +25,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	s3csiv2 "github.com/s3csi/s3csi/shared/api/v2"
+	"github.com/s3csi/s3csi/shared/keymutex"
 	"github.com/s3csi/s3csi/shared/mppod"
 	"github.com/s3csi/s3csi/shared/testenv"
 
@@ -162,7 +163,7 @@ func startNode(t testing.TB, o nodeOptions) *node {
 		NodeName: n.name, DriverVersion: "test", KubeletDir: n.kubelet.Root,
 		MountpointNamespace: mppod.DefaultNamespace, DriverCredentials: o.driverCreds, Region: "us-east-1",
 		EndpointURL: endpoint, PathStyle: true,
-	}, n.waiter, pods, csi.NewKeyedMutex(), nil, nil)
+	}, n.waiter, pods, &keymutex.Mutex{}, nil, nil)
 	n.server.SetReady(true)
 	g := csi.NewGRPCServer("unix://"+filepath.Join(t.TempDir(), "csi.sock"), n.server, log, nil)
 	wg.Add(1)

@@ -29,39 +29,3 @@ func (f *inflight) tryAcquire(key string) (func(), bool) {
 		f.mu.Unlock()
 	}, true
 }
-
-// KeyedMutex serializes work per key (a Mountpoint Pod name) and forgets unused keys.
-type KeyedMutex struct {
-	mu    sync.Mutex
-	locks map[string]*refLock
-}
-
-type refLock struct {
-	mu   sync.Mutex
-	refs int
-}
-
-// NewKeyedMutex returns an empty KeyedMutex.
-func NewKeyedMutex() *KeyedMutex { return &KeyedMutex{locks: map[string]*refLock{}} }
-
-// Lock blocks until key is free and returns its unlock function.
-func (k *KeyedMutex) Lock(key string) func() {
-	k.mu.Lock()
-	l := k.locks[key]
-	if l == nil {
-		l = &refLock{}
-		k.locks[key] = l
-	}
-	l.refs++
-	k.mu.Unlock()
-	l.mu.Lock()
-	return func() {
-		l.mu.Unlock()
-		k.mu.Lock()
-		l.refs--
-		if l.refs == 0 {
-			delete(k.locks, key)
-		}
-		k.mu.Unlock()
-	}
-}

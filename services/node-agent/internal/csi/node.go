@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/s3csi/s3csi/shared/keymutex"
 	"github.com/s3csi/s3csi/shared/mppod"
 
 	"github.com/s3csi/s3csi/services/node-agent/internal/attach"
@@ -73,13 +74,13 @@ type Server struct {
 	events   EventSink
 	metrics  *metrics.Metrics
 	inflight *inflight
-	mpLocks  *KeyedMutex
+	mpLocks  *keymutex.Mutex
 	ready    atomic.Bool
 }
 
 // NewServer returns a Server; mpLocks is shared with the source cleanup so that a cleanup and
 // a mount of one Mountpoint Pod never overlap. events and m may be nil.
-func NewServer(cfg Config, aw AttachmentWaiter, pods PodWaiter, mpLocks *KeyedMutex, events EventSink, m *metrics.Metrics) *Server {
+func NewServer(cfg Config, aw AttachmentWaiter, pods PodWaiter, mpLocks *keymutex.Mutex, events EventSink, m *metrics.Metrics) *Server {
 	return &Server{cfg: cfg, attach: aw, pods: pods, events: events, metrics: m,
 		inflight: newInflight(), mpLocks: mpLocks}
 }

@@ -31,7 +31,7 @@ const maxConflictRetries = 5
 // replica during a leader handover, an older driver) are repaired: the populated one is kept.
 // Invariant: within this process one S3PA per key is ever created while the first is alive.
 func (r *workloadReconciler) assign(ctx context.Context, pod *corev1.Pod, v workloadVolume) error {
-	unlock := r.locks.lock(v.key.String())
+	unlock := r.locks.Lock(v.key.String())
 	defer unlock()
 
 	// The key is fixed when the workload is first recorded: its volume is mounted with that

@@ -31,7 +31,7 @@ func (r *attachmentReconciler) Reconcile(ctx context.Context, req reconcile.Requ
 	if err != nil || a == nil {
 		return reconcile.Result{}, err
 	}
-	unlock := r.locks.lock(sharingkey.FromSpec(&a.Spec).String())
+	unlock := r.locks.Lock(sharingkey.FromSpec(&a.Spec).String())
 	defer unlock()
 	// Re-read under the lock: a workload reconcile may have written it meanwhile.
 	if a, err = r.attachment(ctx, req.Name); err != nil || a == nil || a.DeletionTimestamp != nil {

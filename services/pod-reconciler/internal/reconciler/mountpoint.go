@@ -90,7 +90,7 @@ func (r *mountpointReconciler) replaceIfNeededResult(ctx context.Context, name s
 func (r *mountpointReconciler) replace(ctx context.Context, name string, old *corev1.Pod, a *s3csiv2.MountpointS3PodAttachment,
 	workloads []*corev1.Pod, cause string,
 ) (reconcile.Result, error) {
-	unlock := r.locks.lock(sharingkey.FromSpec(&a.Spec).String())
+	unlock := r.locks.Lock(sharingkey.FromSpec(&a.Spec).String())
 	defer unlock()
 	pv := &corev1.PersistentVolume{}
 	if err := r.client.Get(ctx, client.ObjectKey{Name: a.Spec.PersistentVolumeName}, pv); err != nil {

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	s3csiv2 "github.com/s3csi/s3csi/shared/api/v2"
+	"github.com/s3csi/s3csi/shared/keymutex"
 
 	"github.com/s3csi/s3csi/services/pod-reconciler/internal/metrics"
 )
@@ -37,7 +38,7 @@ func Setup(ctx context.Context, mgr manager.Manager, cfg Config, pub Publisher, 
 		recorder: mgr.GetEventRecorderFor(recorderName),
 		s3pas:    newRecentWrites[*s3csiv2.MountpointS3PodAttachment](cfg.RecentWriteTTL),
 		mpPods:   newRecentWrites[*corev1.Pod](cfg.RecentWriteTTL),
-		locks:    newKeyLocks(),
+		locks:    &keymutex.Mutex{},
 	}
 	wd := newWatchdog()
 	resync := newResyncer(cfg.ResyncPeriod, mgr.GetClient(), st)

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	s3csiv2 "github.com/s3csi/s3csi/shared/api/v2"
+	"github.com/s3csi/s3csi/shared/keymutex"
 	"github.com/s3csi/s3csi/shared/mppod"
 
 	"github.com/s3csi/s3csi/services/pod-reconciler/internal/metrics"
@@ -36,7 +37,7 @@ type state struct {
 	recorder record.EventRecorder
 	s3pas    *recentWrites[*s3csiv2.MountpointS3PodAttachment]
 	mpPods   *recentWrites[*corev1.Pod]
-	locks    *keyLocks
+	locks    *keymutex.Mutex // one read-decide-write per sharing key at a time
 }
 
 // attachment returns the S3PA named name as this process last knows it, nil when it is gone.

@@ -3,7 +3,6 @@ package reconciler
 import (
 	"context"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -72,35 +71,6 @@ func TestRecentWritesOverlay(t *testing.T) {
 	got = r.overlay([]*s3csiv2.MountpointS3PodAttachment{cachedOld, gone}, all)
 	if len(got) != 2 || got[0].ResourceVersion != "1" {
 		t.Errorf("after the TTL the cache must win, got %d objects", len(got))
-	}
-}
-
-func TestKeyLocksSerializeOneKeyOnly(t *testing.T) {
-	k := newKeyLocks()
-	unlockA := k.lock("a")
-	done := make(chan struct{})
-	go func() {
-		unlockB := k.lock("b") // another key: not blocked
-		unlockB()
-		unlockA2 := k.lock("a")
-		unlockA2()
-		close(done)
-	}()
-	time.Sleep(50 * time.Millisecond)
-	select {
-	case <-done:
-		t.Fatal("a second holder of key a got the lock while the first held it")
-	default:
-	}
-	unlockA()
-	<-done
-	var wg sync.WaitGroup
-	for range 10 {
-		wg.Go(func() { k.lock("c")() })
-	}
-	wg.Wait()
-	if len(k.locks) != 0 {
-		t.Errorf("%d lock entries left after every holder unlocked", len(k.locks))
 	}
 }
 
