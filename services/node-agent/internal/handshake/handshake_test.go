@@ -18,7 +18,8 @@ import (
 	"github.com/s3csi/s3csi/services/node-agent/internal/mounter"
 )
 
-// startMounter runs the mounter side in-process and returns its exit code channel.
+// startMounter runs the mounter side in-process and returns its exit code channel. Only for
+// tests that never read a FUSE mount it serves (see startMounterProcess).
 func startMounter(ctx context.Context, t *testing.T, commDir string, engine handshake.Engine) <-chan int {
 	t.Helper()
 	code := make(chan int, 1)
@@ -46,7 +47,7 @@ func TestMountHandshakeServesAFilesystemOnThePassedConnection(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	code := startMounter(ctx, t, commDir, fusetest.NewEngine(commDir))
+	code := startMounterProcess(t, commDir)
 
 	dev, err := mount.FUSE(source, false)
 	if err != nil {
