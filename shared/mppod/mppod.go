@@ -5,6 +5,9 @@ package mppod
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
 	"path/filepath"
 )
 
@@ -43,4 +46,23 @@ func PluginDir(kubeletDir string) string {
 // targets are bind mounts of it.
 func SourceDir(kubeletDir, mountpointPodName string) string {
 	return filepath.Join(PluginDir(kubeletDir), "mnt", mountpointPodName)
+}
+
+// SourceNames lists the Mountpoint Pods that have a source dir under the kubelet dir; none when
+// the driver's plugin dir does not exist yet.
+func SourceNames(kubeletDir string) ([]string, error) {
+	entries, err := os.ReadDir(filepath.Join(PluginDir(kubeletDir), "mnt"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list source dirs: %w", err)
+	}
+	names := make([]string, 0, len(entries))
+	for _, e := range entries {
+		if e.IsDir() {
+			names = append(names, e.Name())
+		}
+	}
+	return names, nil
 }

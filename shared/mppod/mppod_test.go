@@ -1,6 +1,9 @@
 package mppod_test
 
 import (
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/s3csi/s3csi/shared/mppod"
@@ -33,5 +36,24 @@ func TestSourceDir(t *testing.T) {
 	want := "/var/lib/kubelet/plugins/s3.csi.scality.com/mnt/mp-abc"
 	if got != want {
 		t.Fatalf("SourceDir() = %q, want %q", got, want)
+	}
+}
+
+func TestSourceNames(t *testing.T) {
+	kubelet := t.TempDir()
+	if names, err := mppod.SourceNames(kubelet); err != nil || len(names) != 0 {
+		t.Fatalf("SourceNames before the plugin dir exists = %v, %v; want none", names, err)
+	}
+	for _, name := range []string{"mp-a", "mp-b"} {
+		if err := os.MkdirAll(mppod.SourceDir(kubelet, name), 0o750); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(filepath.Dir(mppod.SourceDir(kubelet, "x")), "stray-file"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	names, err := mppod.SourceNames(kubelet)
+	if err != nil || strings.Join(names, ",") != "mp-a,mp-b" {
+		t.Fatalf("SourceNames = %v, %v; want the two source dirs only", names, err)
 	}
 }

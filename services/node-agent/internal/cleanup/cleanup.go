@@ -101,19 +101,17 @@ func (c *Cleaner) Start(ctx context.Context) error {
 // Sweep cleans every source dir that no longer serves.
 func (c *Cleaner) Sweep(ctx context.Context) {
 	log := logr.FromContextOrDiscard(ctx)
-	dirs, err := os.ReadDir(filepath.Join(mppod.PluginDir(c.kubeletDir), "mnt"))
+	names, err := mppod.SourceNames(c.kubeletDir)
 	if err != nil {
-		if !errors.Is(err, os.ErrNotExist) {
-			log.Error(err, "Listing source dirs failed")
-		}
+		log.Error(err, "Sweeping sources failed")
 		return
 	}
-	for _, d := range dirs {
+	for _, name := range names {
 		if ctx.Err() != nil {
 			return
 		}
-		if _, err := c.Clean(ctx, d.Name()); err != nil {
-			log.Error(err, "Cleaning a source failed; retrying at the next sweep", "mountpointPod", d.Name())
+		if _, err := c.Clean(ctx, name); err != nil {
+			log.Error(err, "Cleaning a source failed; retrying at the next sweep", "mountpointPod", name)
 		}
 	}
 }

@@ -5,10 +5,7 @@ package health
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -65,18 +62,15 @@ func (m *Monitor) Start(ctx context.Context) error {
 // Check looks at every source once and reports each newly dead one.
 func (m *Monitor) Check(ctx context.Context) {
 	log := logr.FromContextOrDiscard(ctx)
-	dirs, err := os.ReadDir(filepath.Join(mppod.PluginDir(m.kubeletDir), "mnt"))
+	names, err := mppod.SourceNames(m.kubeletDir)
 	if err != nil {
-		if !errors.Is(err, os.ErrNotExist) {
-			log.Error(err, "Listing source dirs failed")
-		}
+		log.Error(err, "Checking sources failed")
 		return
 	}
 	seen := map[string]bool{}
-	for _, d := range dirs {
-		name := d.Name()
+	for _, name := range names {
 		seen[name] = true
-		state, _, err := mount.Check(filepath.Join(mppod.PluginDir(m.kubeletDir), "mnt", name))
+		state, _, err := mount.Check(mppod.SourceDir(m.kubeletDir, name))
 		if err != nil || state != mount.Corrupted {
 			delete(m.reported, name)
 			continue
