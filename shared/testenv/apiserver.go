@@ -121,3 +121,14 @@ func (s *APIServer) Kubeconfig(path string) error {
 	}
 	return nil
 }
+
+// KubeconfigFile writes a kubeconfig for the API server into a temporary directory of t and
+// returns its path, for a service binary's --kubeconfig.
+func (s *APIServer) KubeconfigFile(t testing.TB) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := s.Kubeconfig(path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}

@@ -3,7 +3,9 @@ package testenv
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -112,4 +114,28 @@ func (p *Process) StopsCleanlyOnSIGTERM(t testing.TB, timeout time.Duration) {
 	if code := p.Cmd.ProcessState.ExitCode(); code != 0 {
 		t.Errorf("exit code = %d, want 0; output:\n%s", code, p.Output())
 	}
+}
+
+// StartHealthyBinary builds the main package in the working directory as name, starts it with
+// args and waits until its /healthz answers. args must bind the admin endpoint to port 0
+// (--admin-address=127.0.0.1:0): the address is read from the binary's log.
+func StartHealthyBinary(t testing.TB, name string, args ...string) *Process {
+	t.Helper()
+	p := StartProcess(t, BuildBinary(t, name), args...)
+	WaitHealthy(t, "http://"+p.AdminAddress(t)+"/healthz")
+	return p
+}
+
+// RunToExit runs bin with args until it exits, with env added to the test's environment (a later
+// KEY=value wins), and returns its exit code and everything it wrote to stdout and stderr.
+func RunToExit(t testing.TB, bin string, env []string, args ...string) (int, string) {
+	t.Helper()
+	cmd := exec.CommandContext(t.Context(), bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	var exitErr *exec.ExitError
+	if err != nil && !errors.As(err, &exitErr) {
+		t.Fatalf("run %s: %v\n%s", bin, err, out)
+	}
+	return cmd.ProcessState.ExitCode(), string(out)
 }

@@ -5,7 +5,6 @@ package options
 import (
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"path"
 	"strings"
@@ -13,9 +12,8 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/s3csi/s3csi/shared/admin"
-	"github.com/s3csi/s3csi/shared/logging"
 	"github.com/s3csi/s3csi/shared/s3client"
+	"github.com/s3csi/s3csi/shared/servicecmd"
 )
 
 // Defaults that tests and documentation refer to.
@@ -29,16 +27,11 @@ const (
 
 // Options configures one csi-controller process.
 type Options struct {
-	// AdminAddr is the host:port of /healthz, /readyz and /metrics. Each service has its own
-	// default port so that all four can run side by side on one development host.
-	AdminAddr string
+	// CommonOptions are --admin-address, --nats-url (env NATS_URL), --kubeconfig and the
+	// logging flags, shared by every service.
+	servicecmd.CommonOptions
 	// CSIEndpoint is the unix socket the CSI sidecars (external-provisioner) dial.
 	CSIEndpoint string
-	// NATSURL lists the NATS servers, comma separated. Empty disables events: events are only
-	// hints, so the system stays correct without them. Defaults to $NATS_URL.
-	NATSURL string
-	// Kubeconfig is a kubeconfig path for running outside a cluster; empty means in-cluster.
-	Kubeconfig string
 	// S3Endpoint is the URL of the S3 service, e.g. https://s3.example.com. Required. Defaults
 	// to $AWS_ENDPOINT_URL, the variable the Scality driver's charts set.
 	S3Endpoint string
@@ -62,33 +55,27 @@ type Options struct {
 	BucketPrefix string
 	// DriverVersion is reported by GetPluginInfo.
 	DriverVersion string
-	// Logging holds --log-format and --log-level.
-	Logging logging.Options
 }
 
 // New returns the defaults, taking environment-provided values (NATS_URL) from the environment.
 func New() *Options {
 	return &Options{
-		AdminAddr:   ":8081",
-		CSIEndpoint: "unix:///csi/csi.sock",
-		NATSURL:     os.Getenv("NATS_URL"),
-		S3Endpoint:  os.Getenv("AWS_ENDPOINT_URL"),
-		S3Region:    os.Getenv("AWS_REGION"),
-		S3PathStyle: true,
+		CommonOptions: servicecmd.NewCommonOptions(":8081"),
+		CSIEndpoint:   "unix:///csi/csi.sock",
+		S3Endpoint:    os.Getenv("AWS_ENDPOINT_URL"),
+		S3Region:      os.Getenv("AWS_REGION"),
+		S3PathStyle:   true,
 
 		CredentialsCacheTTL: DefaultCredentialsCacheTTL,
 		BucketPrefix:        DefaultBucketPrefix,
 		DriverVersion:       "dev",
-		Logging:             logging.NewOptions(),
 	}
 }
 
 // AddFlags registers the options on fs, with the current values as defaults.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&o.AdminAddr, "admin-address", o.AdminAddr, "host:port serving /healthz, /readyz and /metrics")
+	o.CommonOptions.AddFlags(fs)
 	fs.StringVar(&o.CSIEndpoint, "csi-endpoint", o.CSIEndpoint, "CSI gRPC endpoint, unix:///absolute/path")
-	fs.StringVar(&o.NATSURL, "nats-url", o.NATSURL, "NATS server URLs, comma separated; empty disables events (env NATS_URL)")
-	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "path to a kubeconfig; empty uses the in-cluster configuration")
 	fs.StringVar(&o.S3Endpoint, "s3-endpoint", o.S3Endpoint, "URL of the S3 service, e.g. https://s3.example.com (required; env AWS_ENDPOINT_URL)")
 	fs.StringVar(&o.S3Region, "s3-region", o.S3Region, "signing region when a provisioner secret names none (env AWS_REGION; default us-east-1)")
 	fs.StringVar(&o.S3CABundle, "s3-ca-bundle", o.S3CABundle, "PEM file of extra CAs trusted for the S3 endpoint's certificate")
@@ -98,20 +85,13 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.CredentialsCacheTTL, "credentials-cache-ttl", o.CredentialsCacheTTL, "how long an S3 client built for a set of credentials is reused")
 	fs.StringVar(&o.BucketPrefix, "bucket-prefix", o.BucketPrefix, "prefix of the name of every bucket CreateVolume makes")
 	fs.StringVar(&o.DriverVersion, "driver-version", o.DriverVersion, "version reported by GetPluginInfo")
-	o.Logging.AddFlags(fs)
 }
 
 // Validate reports every invalid option at once, naming the flag to fix.
 func (o *Options) Validate() error {
-	var errs []error
-	if err := admin.ValidateAddr(o.AdminAddr); err != nil {
-		errs = append(errs, fmt.Errorf("--admin-address: %w", err))
-	}
+	errs := []error{o.CommonOptions.Validate()}
 	if err := validateUnixEndpoint(o.CSIEndpoint); err != nil {
 		errs = append(errs, fmt.Errorf("--csi-endpoint: %w", err))
-	}
-	if err := validateNATSURL(o.NATSURL); err != nil {
-		errs = append(errs, fmt.Errorf("--nats-url: %w", err))
 	}
 	if err := s3client.ValidateEndpointURL(o.S3Endpoint); err != nil {
 		errs = append(errs, fmt.Errorf("--s3-endpoint (or AWS_ENDPOINT_URL): %w", err))
@@ -124,9 +104,6 @@ func (o *Options) Validate() error {
 	}
 	if o.DriverVersion == "" {
 		errs = append(errs, errors.New("--driver-version: must not be empty"))
-	}
-	if err := o.Logging.Validate(); err != nil {
-		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
@@ -157,29 +134,6 @@ func validateUnixEndpoint(endpoint string) error {
 	p, ok := strings.CutPrefix(endpoint, "unix://")
 	if !ok || !path.IsAbs(p) || path.Clean(p) == "/" {
 		return fmt.Errorf("want unix:///absolute/path/to.sock, got %q", endpoint)
-	}
-	return nil
-}
-
-// validateNATSURL accepts an empty value (events disabled) or comma-separated URLs with a scheme
-// the NATS client dials.
-func validateNATSURL(urls string) error {
-	if urls == "" {
-		return nil
-	}
-	for raw := range strings.SplitSeq(urls, ",") {
-		u, err := url.Parse(strings.TrimSpace(raw))
-		if err != nil {
-			return fmt.Errorf("parse NATS URL: %w", err)
-		}
-		switch u.Scheme {
-		case "nats", "tls", "ws", "wss":
-		default:
-			return fmt.Errorf("want nats://, tls://, ws:// or wss:// URLs, got %q", raw)
-		}
-		if u.Host == "" {
-			return fmt.Errorf("NATS URL %q has no host", raw)
-		}
 	}
 	return nil
 }

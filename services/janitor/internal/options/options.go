@@ -5,7 +5,6 @@ package options
 import (
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -13,8 +12,7 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	"github.com/s3csi/s3csi/shared/admin"
-	"github.com/s3csi/s3csi/shared/logging"
+	"github.com/s3csi/s3csi/shared/servicecmd"
 )
 
 // DefaultMountpointNamespace is where Mountpoint Pods live unless MOUNTPOINT_NAMESPACE says
@@ -48,20 +46,11 @@ const minInterval = time.Second
 
 // Options configures one janitor process.
 type Options struct {
-	// AdminAddr is the host:port of /healthz, /readyz and /metrics. Each service has its own
-	// default port so that all four can run side by side on one development host.
-	AdminAddr string
-	// NATSURL lists the NATS servers, comma separated. Empty disables events: events are only
-	// hints, so the system stays correct without them. Defaults to $NATS_URL.
-	NATSURL string
-	// Kubeconfig is a kubeconfig path for running outside a cluster; empty means in-cluster.
-	Kubeconfig string
-	// LeaderElect makes one replica at a time do the work. Turn it off only for a single
-	// replica in development: two active replicas would delete what the other is about to reuse.
-	LeaderElect bool
-	// LeaderElectionNamespace holds the leader-election Lease. Empty means the pod's own
-	// namespace, which is only known in-cluster.
-	LeaderElectionNamespace string
+	// CommonOptions are --admin-address, --nats-url (env NATS_URL), --kubeconfig and the
+	// logging flags, shared by every service.
+	servicecmd.CommonOptions
+	// LeaderElectionOptions are --leader-elect and --leader-election-namespace.
+	servicecmd.LeaderElectionOptions
 	// MountpointNamespace is the namespace of the Mountpoint Pods. Defaults to
 	// $MOUNTPOINT_NAMESPACE, else DefaultMountpointNamespace.
 	MountpointNamespace string
@@ -81,8 +70,6 @@ type Options struct {
 	KubeAPIBurst int
 	// DryRun logs every removal the janitor would make and writes nothing.
 	DryRun bool
-	// Logging holds --log-format and --log-level.
-	Logging logging.Options
 }
 
 // New returns the defaults, taking environment-provided values (NATS_URL,
@@ -93,28 +80,22 @@ func New() *Options {
 		mpNamespace = DefaultMountpointNamespace
 	}
 	return &Options{
-		AdminAddr:           ":8084",
-		NATSURL:             os.Getenv("NATS_URL"),
-		LeaderElect:         true,
-		MountpointNamespace: mpNamespace,
-		SweepInterval:       DefaultSweepInterval,
-		StaleAfter:          DefaultStaleAfter,
-		UnmountGrace:        DefaultUnmountGrace,
-		NodeGoneGrace:       DefaultNodeGoneGrace,
-		KubeAPIQPS:          DefaultKubeAPIQPS,
-		KubeAPIBurst:        DefaultKubeAPIBurst,
-		Logging:             logging.NewOptions(),
+		CommonOptions:         servicecmd.NewCommonOptions(":8084"),
+		LeaderElectionOptions: servicecmd.NewLeaderElectionOptions(),
+		MountpointNamespace:   mpNamespace,
+		SweepInterval:         DefaultSweepInterval,
+		StaleAfter:            DefaultStaleAfter,
+		UnmountGrace:          DefaultUnmountGrace,
+		NodeGoneGrace:         DefaultNodeGoneGrace,
+		KubeAPIQPS:            DefaultKubeAPIQPS,
+		KubeAPIBurst:          DefaultKubeAPIBurst,
 	}
 }
 
 // AddFlags registers the options on fs, with the current values as defaults.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&o.AdminAddr, "admin-address", o.AdminAddr, "host:port serving /healthz, /readyz and /metrics")
-	fs.StringVar(&o.NATSURL, "nats-url", o.NATSURL, "NATS server URLs, comma separated; empty disables events (env NATS_URL)")
-	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "path to a kubeconfig; empty uses the in-cluster configuration")
-	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "elect one active replica; disable only when running a single replica")
-	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", o.LeaderElectionNamespace,
-		"namespace of the leader-election Lease; empty uses the pod's namespace")
+	o.CommonOptions.AddFlags(fs)
+	o.LeaderElectionOptions.AddFlags(fs)
 	fs.StringVar(&o.MountpointNamespace, "mountpoint-namespace", o.MountpointNamespace,
 		"namespace of the Mountpoint Pods (env MOUNTPOINT_NAMESPACE)")
 	fs.DurationVar(&o.SweepInterval, "sweep-interval", o.SweepInterval,
@@ -128,33 +109,16 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "sustained requests per second to the API server")
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "requests to the API server allowed in a burst above --kube-api-qps")
 	fs.BoolVar(&o.DryRun, "dry-run", o.DryRun, "log what would be removed and write nothing")
-	o.Logging.AddFlags(fs)
 }
 
 // Validate reports every invalid option at once, naming the flag to fix.
 func (o *Options) Validate() error {
-	var errs []error
-	if err := admin.ValidateAddr(o.AdminAddr); err != nil {
-		errs = append(errs, fmt.Errorf("--admin-address: %w", err))
-	}
-	if err := validateNATSURL(o.NATSURL); err != nil {
-		errs = append(errs, fmt.Errorf("--nats-url: %w", err))
-	}
+	errs := []error{o.CommonOptions.Validate()}
 	if msgs := validation.IsDNS1123Label(o.MountpointNamespace); len(msgs) > 0 {
 		errs = append(errs, fmt.Errorf("--mountpoint-namespace %q is not a namespace name: %s",
 			o.MountpointNamespace, strings.Join(msgs, "; ")))
 	}
-	if o.LeaderElectionNamespace != "" {
-		if msgs := validation.IsDNS1123Label(o.LeaderElectionNamespace); len(msgs) > 0 {
-			errs = append(errs, fmt.Errorf("--leader-election-namespace %q is not a namespace name: %s",
-				o.LeaderElectionNamespace, strings.Join(msgs, "; ")))
-		}
-	}
-	// Out of cluster there is no service-account namespace to hold the Lease, and controller-runtime
-	// would only fail once the API server is reached; say so now.
-	if o.LeaderElect && o.Kubeconfig != "" && o.LeaderElectionNamespace == "" {
-		errs = append(errs, errors.New("--leader-elect with --kubeconfig needs --leader-election-namespace"))
-	}
+	errs = append(errs, o.LeaderElectionOptions.Validate(o.Kubeconfig))
 	for _, d := range []struct {
 		flag  string
 		value time.Duration
@@ -172,31 +136,5 @@ func (o *Options) Validate() error {
 	if o.KubeAPIBurst < 1 {
 		errs = append(errs, fmt.Errorf("--kube-api-burst %d must be at least 1", o.KubeAPIBurst))
 	}
-	if err := o.Logging.Validate(); err != nil {
-		errs = append(errs, err)
-	}
 	return errors.Join(errs...)
-}
-
-// validateNATSURL accepts an empty value (events disabled) or comma-separated URLs with a scheme
-// the NATS client dials.
-func validateNATSURL(urls string) error {
-	if urls == "" {
-		return nil
-	}
-	for raw := range strings.SplitSeq(urls, ",") {
-		u, err := url.Parse(strings.TrimSpace(raw))
-		if err != nil {
-			return fmt.Errorf("parse NATS URL: %w", err)
-		}
-		switch u.Scheme {
-		case "nats", "tls", "ws", "wss":
-		default:
-			return fmt.Errorf("want nats://, tls://, ws:// or wss:// URLs, got %q", raw)
-		}
-		if u.Host == "" {
-			return fmt.Errorf("NATS URL %q has no host", raw)
-		}
-	}
-	return nil
 }

@@ -14,20 +14,20 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	"github.com/s3csi/s3csi/shared/admin"
-	"github.com/s3csi/s3csi/shared/logging"
 	"github.com/s3csi/s3csi/shared/mppod"
+	"github.com/s3csi/s3csi/shared/servicecmd"
 
 	"github.com/s3csi/s3csi/services/node-agent/internal/attach"
 	"github.com/s3csi/s3csi/services/node-agent/internal/cleanup"
 	"github.com/s3csi/s3csi/services/node-agent/internal/credentials"
+	"github.com/s3csi/s3csi/services/node-agent/internal/health"
 )
 
 // Options configures one node-agent process.
 type Options struct {
-	// AdminAddr is the host:port of /healthz, /readyz and /metrics. Each service has its own
-	// default port so that all four can run side by side on one development host.
-	AdminAddr string
+	// CommonOptions are --admin-address, --nats-url (env NATS_URL), --kubeconfig and the
+	// logging flags, shared by every service.
+	servicecmd.CommonOptions
 	// NodeName is the node this agent serves; it filters which pods, attachments and events are
 	// its own. Defaults to $NODE_NAME, set from the downward API (spec.nodeName). Required.
 	NodeName string
@@ -36,11 +36,6 @@ type Options struct {
 	KubeletDir string
 	// CSIEndpoint is the unix socket the kubelet dials.
 	CSIEndpoint string
-	// NATSURL lists the NATS servers, comma separated. Empty disables events: events are only
-	// hints, so the system stays correct without them. Defaults to $NATS_URL.
-	NATSURL string
-	// Kubeconfig is a kubeconfig path for running outside a cluster; empty means in-cluster.
-	Kubeconfig string
 	// MountpointNamespace is the namespace of the Mountpoint Pods. Defaults to
 	// $MOUNTPOINT_NAMESPACE, else mount-s3.
 	MountpointNamespace string
@@ -50,6 +45,12 @@ type Options struct {
 	// CleanupPeriod is the period of the sweep that unmounts sources no Mountpoint Pod serves;
 	// the needs-unmount event makes it immediate.
 	CleanupPeriod time.Duration
+	// HealthPeriod is how often every source mount is checked for a dead FUSE connection: a
+	// crashed mounter is reported (mount.failed, Warning Events) within it.
+	HealthPeriod time.Duration
+	// LegacyTokenFile is the driver's web identity token, copied on republish to where mount-s3
+	// processes of the v1 (systemd) mounter read it. Defaults to $AWS_WEB_IDENTITY_TOKEN_FILE.
+	LegacyTokenFile string
 	// S3EndpointURL is the S3 endpoint every Mountpoint Pod uses. Defaults to $AWS_ENDPOINT_URL.
 	S3EndpointURL string
 	// S3PathStyle addresses buckets as <endpoint>/<bucket>; on by default, as on-premises S3
@@ -66,23 +67,22 @@ type Options struct {
 	// $AWS_SECRET_ACCESS_KEY and $AWS_SESSION_TOKEN only: never flags, which show in process
 	// listings.
 	DriverCredentials credentials.Static
-	// Logging holds --log-format and --log-level.
-	Logging logging.Options
 }
 
 // New returns the defaults, taking downward-API and environment values (NODE_NAME, NATS_URL)
 // from the environment.
 func New() *Options {
 	return &Options{
-		AdminAddr:   ":8083",
-		NodeName:    os.Getenv("NODE_NAME"),
-		KubeletDir:  "/var/lib/kubelet",
-		CSIEndpoint: "unix:///var/lib/kubelet/plugins/s3.csi.scality.com/csi.sock",
-		NATSURL:     os.Getenv("NATS_URL"),
+		CommonOptions: servicecmd.NewCommonOptions(":8083"),
+		NodeName:      os.Getenv("NODE_NAME"),
+		KubeletDir:    "/var/lib/kubelet",
+		CSIEndpoint:   "unix:///var/lib/kubelet/plugins/s3.csi.scality.com/csi.sock",
 
 		MountpointNamespace:    envOr("MOUNTPOINT_NAMESPACE", mppod.DefaultNamespace),
 		AttachmentRereadPeriod: attach.DefaultFallback,
 		CleanupPeriod:          cleanup.DefaultPeriod,
+		HealthPeriod:           health.DefaultPeriod,
+		LegacyTokenFile:        os.Getenv("AWS_WEB_IDENTITY_TOKEN_FILE"),
 		S3EndpointURL:          os.Getenv("AWS_ENDPOINT_URL"),
 		S3PathStyle:            true,
 		S3Region:               envOr("AWS_REGION", "us-east-1"),
@@ -93,7 +93,6 @@ func New() *Options {
 			SecretAccessKey: os.Getenv("AWS_SECRET_ACCESS_KEY"),
 			SessionToken:    os.Getenv("AWS_SESSION_TOKEN"),
 		},
-		Logging: logging.NewOptions(),
 	}
 }
 
@@ -106,31 +105,28 @@ func envOr(key, def string) string {
 
 // AddFlags registers the options on fs, with the current values as defaults.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&o.AdminAddr, "admin-address", o.AdminAddr, "host:port serving /healthz, /readyz and /metrics")
+	o.CommonOptions.AddFlags(fs)
 	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "name of the node this agent serves; required (env NODE_NAME)")
 	fs.StringVar(&o.KubeletDir, "kubelet-dir", o.KubeletDir, "kubelet root directory on the host")
 	fs.StringVar(&o.CSIEndpoint, "csi-endpoint", o.CSIEndpoint, "CSI gRPC endpoint, unix:///absolute/path")
-	fs.StringVar(&o.NATSURL, "nats-url", o.NATSURL, "NATS server URLs, comma separated; empty disables events (env NATS_URL)")
-	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "path to a kubeconfig; empty uses the in-cluster configuration")
 	fs.StringVar(&o.MountpointNamespace, "mountpoint-namespace", o.MountpointNamespace, "namespace of the Mountpoint Pods (env MOUNTPOINT_NAMESPACE)")
 	fs.DurationVar(&o.AttachmentRereadPeriod, "attachment-reread-period", o.AttachmentRereadPeriod,
 		"fallback period of the attachment re-read while NodePublishVolume waits, when no event arrives")
 	fs.DurationVar(&o.CleanupPeriod, "cleanup-period", o.CleanupPeriod, "period of the sweep that unmounts sources no Mountpoint Pod serves")
+	fs.StringVar(&o.LegacyTokenFile, "legacy-token-file", o.LegacyTokenFile,
+		"web identity token refreshed on republish for mounts of the v1 systemd mounter (env AWS_WEB_IDENTITY_TOKEN_FILE)")
+	fs.DurationVar(&o.HealthPeriod, "health-period", o.HealthPeriod, "how often source mounts are checked for a dead FUSE connection")
 	fs.StringVar(&o.S3EndpointURL, "s3-endpoint-url", o.S3EndpointURL, "S3 endpoint of every Mountpoint Pod (env AWS_ENDPOINT_URL)")
 	fs.BoolVar(&o.S3PathStyle, "s3-path-style", o.S3PathStyle, "address buckets as <endpoint>/<bucket> rather than <bucket>.<host>")
 	fs.StringVar(&o.S3Region, "s3-region", o.S3Region, "S3 region (env AWS_REGION)")
 	fs.BoolVar(&o.RegisterWithKubelet, "register-with-kubelet", o.RegisterWithKubelet, "serve the kubelet plugin registration socket")
 	fs.BoolVar(&o.RemoveStartupTaint, "remove-startup-taint", o.RemoveStartupTaint,
 		"remove the node's s3.csi.scality.com/agent-not-ready taint once the driver is registered")
-	o.Logging.AddFlags(fs)
 }
 
 // Validate reports every invalid option at once, naming the flag to fix.
 func (o *Options) Validate() error {
-	var errs []error
-	if err := admin.ValidateAddr(o.AdminAddr); err != nil {
-		errs = append(errs, fmt.Errorf("--admin-address: %w", err))
-	}
+	errs := []error{o.CommonOptions.Validate()}
 	switch {
 	case o.NodeName == "":
 		errs = append(errs, errors.New("--node-name is required: set it, or NODE_NAME from the downward API (fieldRef spec.nodeName)"))
@@ -144,14 +140,14 @@ func (o *Options) Validate() error {
 	if err := validateUnixEndpoint(o.CSIEndpoint); err != nil {
 		errs = append(errs, fmt.Errorf("--csi-endpoint: %w", err))
 	}
-	if err := validateNATSURL(o.NATSURL); err != nil {
-		errs = append(errs, fmt.Errorf("--nats-url: %w", err))
-	}
 	if errs2 := validation.IsDNS1123Label(o.MountpointNamespace); len(errs2) > 0 {
 		errs = append(errs, fmt.Errorf("--mountpoint-namespace %q is not a namespace name: %s", o.MountpointNamespace, strings.Join(errs2, "; ")))
 	}
 	if o.AttachmentRereadPeriod < 100*time.Millisecond || o.AttachmentRereadPeriod > time.Minute {
 		errs = append(errs, fmt.Errorf("--attachment-reread-period must be from 100ms to 1m, got %s", o.AttachmentRereadPeriod))
+	}
+	if o.HealthPeriod < 100*time.Millisecond {
+		errs = append(errs, fmt.Errorf("--health-period must be at least 100ms, got %s", o.HealthPeriod))
 	}
 	if o.CleanupPeriod < time.Second {
 		errs = append(errs, fmt.Errorf("--cleanup-period must be at least 1s, got %s", o.CleanupPeriod))
@@ -164,9 +160,6 @@ func (o *Options) Validate() error {
 	}
 	if err := o.DriverCredentials.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("driver credentials from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY: %w", err))
-	}
-	if err := o.Logging.Validate(); err != nil {
-		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
@@ -192,29 +185,6 @@ func validateEndpointURL(raw string) error {
 	}
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return fmt.Errorf("want http://host[:port] or https://host[:port], got %q", raw)
-	}
-	return nil
-}
-
-// validateNATSURL accepts an empty value (events disabled) or comma-separated URLs with a scheme
-// the NATS client dials.
-func validateNATSURL(urls string) error {
-	if urls == "" {
-		return nil
-	}
-	for raw := range strings.SplitSeq(urls, ",") {
-		u, err := url.Parse(strings.TrimSpace(raw))
-		if err != nil {
-			return fmt.Errorf("parse NATS URL: %w", err)
-		}
-		switch u.Scheme {
-		case "nats", "tls", "ws", "wss":
-		default:
-			return fmt.Errorf("want nats://, tls://, ws:// or wss:// URLs, got %q", raw)
-		}
-		if u.Host == "" {
-			return fmt.Errorf("NATS URL %q has no host", raw)
-		}
 	}
 	return nil
 }
