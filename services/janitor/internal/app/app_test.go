@@ -354,9 +354,13 @@ func TestJanitorConvergesWithNATSDown(t *testing.T) {
 
 	s3pa := staleAttachment(t, c.Client, "s3pa-nats-down", "node-b")
 	eventually(t, "attachment removed by the sweep", gone(t, c.Client, s3pa))
-	if n := testutil.ToFloat64(r.svc.metrics.Removed.WithLabelValues(cleanup.KindAttachment, cleanup.ReasonEmptyAttachment)); n != 1 {
-		t.Errorf("removed attachments metric = %v, want 1", n)
-	}
+	// The counter moves after the delete returns, which the test can see first.
+	eventually(t, "removal counted", func() error {
+		if n := testutil.ToFloat64(r.svc.metrics.Removed.WithLabelValues(cleanup.KindAttachment, cleanup.ReasonEmptyAttachment)); n != 1 {
+			return fmt.Errorf("removed attachments metric = %v, want 1", n)
+		}
+		return nil
+	})
 }
 
 func eventually(t *testing.T, what string, cond func() error) {
