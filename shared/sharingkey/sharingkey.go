@@ -7,8 +7,9 @@
 // Normalisation is deliberately minimal so that attachments written by the Scality CSI Driver
 // for S3 v2 keep matching:
 //   - mount options are the PersistentVolume's spec.mountOptions joined by "," in their stored
-//     order, with no sorting, trimming or deduplication (the kubelet passes them to
-//     NodePublishVolume in that same order as the volume capability's mount flags);
+//     order, with no sorting, trimming or deduplication, as the Scality v2 driver stored them.
+//     The kubelet sends NodePublishVolume the same options deduplicated and sorted, so the
+//     node-agent compares a request's mount flags with an attachment's as sets;
 //   - the fsGroup is the workload pod's spec.securityContext.fsGroup in decimal, "" when unset;
 //   - an empty authentication source (v2 attachments have none) means "driver".
 package sharingkey

@@ -131,8 +131,9 @@ func newService(ctx context.Context, opts *options.Options, cfg *rest.Config) (*
 		NodeName: opts.NodeName, DriverVersion: Version, KubeletDir: opts.KubeletDir,
 		MountpointNamespace: opts.MountpointNamespace, DriverCredentials: opts.DriverCredentials,
 		Region: opts.S3Region, EndpointURL: opts.S3EndpointURL, PathStyle: opts.S3PathStyle,
+		LegacyTokenFile: opts.LegacyTokenFile,
 	}, waiter, pods, locks, sink, m)
-	s.health = health.New(opts.KubeletDir, opts.NodeName, opts.MountpointNamespace, health.DefaultPeriod, api, sink)
+	s.health = health.New(opts.KubeletDir, opts.NodeName, opts.MountpointNamespace, opts.HealthPeriod, api, sink)
 	s.grpc = csi.NewGRPCServer(opts.CSIEndpoint, s.server, log.WithName("csi"), m)
 	if opts.RegisterWithKubelet {
 		s.reg = registration.New(mppod.DriverName, strings.TrimPrefix(opts.CSIEndpoint, "unix://"),

@@ -148,3 +148,17 @@ func writeAtomic(path, content string) error {
 	}
 	return nil
 }
+
+// LegacyTokenName is the file in the plugin dir where the v1 (systemd) mounter copied the
+// driver's web identity token, and where its mount-s3 processes still read it.
+const LegacyTokenName = "token"
+
+// RefreshLegacyToken copies the web identity token at src to pluginDir/token (0640, atomic), so
+// that mount-s3 processes started by the v1 mounter keep authenticating after the token rotates.
+func RefreshLegacyToken(pluginDir, src string) error {
+	token, err := os.ReadFile(src) //nolint:gosec // the operator's token file
+	if err != nil {
+		return fmt.Errorf("read web identity token: %w", err)
+	}
+	return writeAtomic(filepath.Join(pluginDir, LegacyTokenName), string(token))
+}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/s3csi/s3csi/shared/mppod"
 
+	"github.com/s3csi/s3csi/services/node-agent/internal/credentials"
 	"github.com/s3csi/s3csi/services/node-agent/internal/fusetest"
 	"github.com/s3csi/s3csi/services/node-agent/internal/mount"
 )
@@ -90,5 +91,28 @@ func TestVolumeMountGroupGivesTheWorkloadGroupAccess(t *testing.T) {
 		if !found {
 			t.Errorf("mounter args %q lack %q", args, want)
 		}
+	}
+}
+
+// TestSecretAuthenticationWithoutNodePublishSecretUsesTheDriverCredentials covers volumes of a
+// StorageClass that names only a provisioner secret: kubelet sends no secret, and the volume
+// mounts with the driver's credentials, as under the Scality v2 driver.
+func TestSecretAuthenticationWithoutNodePublishSecretUsesTheDriverCredentials(t *testing.T) {
+	n := startNode(t, nodeOptions{fallback: 200 * time.Millisecond,
+		driverCreds: credentials.Static{AccessKeyID: "AKIADRIVER000000", SecretAccessKey: "driverSecret"}})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pv, uid := "pv-provisioner-secret", string(uuid.NewUUID())
+	mpName := mppod.Name(uid, pv)
+	n.createMountpointPod(mpName)
+	n.assign(pv, "vol", uid, mpName)
+	target := n.target(uuidOf(uid), pv)
+	req := publishRequest("vol", target, "bucket-p", uuidOf(uid))
+	req.VolumeContext["authenticationSource"] = "secret"
+	if _, err := n.client.NodePublishVolume(ctx, req); err != nil {
+		t.Fatalf("publish: %v", err)
+	}
+	if got := readFile(t, filepath.Join(target, fusetest.ProfileName)); !strings.Contains(got, "AKIADRIVER000000") {
+		t.Fatalf("the filesystem sees %q, want the driver's key", got)
 	}
 }

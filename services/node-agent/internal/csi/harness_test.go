@@ -115,7 +115,9 @@ type node struct {
 	pods    *podwatch.Watcher
 	server  *csi.Server
 	client  csipb.NodeClient
-	logs    *logBuffer
+	// identity is the same server's Identity service.
+	identity csipb.IdentityClient
+	logs     *logBuffer
 	// realEngine makes Mountpoint Pods serve with the real s3fs engine.
 	realEngine bool
 }
@@ -125,6 +127,8 @@ type nodeOptions struct {
 	driverCreds credentials.Static
 	// s3 makes the node's Mountpoint Pods serve this S3 server with the real engine.
 	s3 *testenv.S3
+	// legacyTokenFile is the web identity token refreshed for v1 mounts.
+	legacyTokenFile string
 }
 
 func startNode(t testing.TB, o nodeOptions) *node {
@@ -162,7 +166,7 @@ func startNode(t testing.TB, o nodeOptions) *node {
 	n.server = csi.NewServer(csi.Config{
 		NodeName: n.name, DriverVersion: "test", KubeletDir: n.kubelet.Root,
 		MountpointNamespace: mppod.DefaultNamespace, DriverCredentials: o.driverCreds, Region: "us-east-1",
-		EndpointURL: endpoint, PathStyle: true,
+		EndpointURL: endpoint, PathStyle: true, LegacyTokenFile: o.legacyTokenFile,
 	}, n.waiter, pods, &keymutex.Mutex{}, nil, nil)
 	n.server.SetReady(true)
 	g := csi.NewGRPCServer("unix://"+filepath.Join(t.TempDir(), "csi.sock"), n.server, log, nil)
@@ -178,6 +182,7 @@ func startNode(t testing.TB, o nodeOptions) *node {
 	}
 	t.Cleanup(func() { _ = conn.Close() })
 	n.client = csipb.NewNodeClient(conn)
+	n.identity = csipb.NewIdentityClient(conn)
 	return n
 }
 
@@ -192,32 +197,42 @@ type mountpointPod struct {
 // createMountpointPod creates the pod object, sets it Running and starts its mounter process
 // with a comm dir where the node-agent expects it, as kubelet would.
 func (n *node) createMountpointPod(name string) *mountpointPod {
+	n.t.Helper()
+	mp, err := n.startMountpointPod(context.Background(), name)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	return mp
+}
+
+// startMountpointPod is createMountpointPod returning its error, for callers that are not the
+// test's goroutine.
+func (n *node) startMountpointPod(ctx context.Context, name string) (*mountpointPod, error) {
 	t := n.t
-	t.Helper()
-	ctx := context.Background()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: mppod.DefaultNamespace},
 		Spec:       corev1.PodSpec{NodeName: n.name, Containers: []corev1.Container{{Name: "mountpoint", Image: "s3csi-mounter"}}},
 	}
 	if err := apiServer.Client.Create(ctx, pod); err != nil {
-		t.Fatal(err)
+		return nil, fmt.Errorf("create Mountpoint Pod %s: %w", name, err)
 	}
-	t.Cleanup(func() { _ = apiServer.Client.Delete(context.Background(), pod) })
+	t.Cleanup(func() { _ = apiServer.Client.Delete(context.WithoutCancel(ctx), pod) })
 	mp := &mountpointPod{pod: pod, commDir: csi.CommDir(n.kubelet.Root, string(pod.UID))}
 	t.Cleanup(func() { cleanupMount(t, n.kubelet.SourceDir(name)) })
 	if err := os.MkdirAll(mp.commDir, 0o750); err != nil {
-		t.Fatal(err)
+		return nil, fmt.Errorf("create comm dir: %w", err)
 	}
-	mp.start(t, n.realEngine)
+	if err := mp.start(t, n.realEngine); err != nil {
+		return nil, err
+	}
 	pod.Status.Phase = corev1.PodRunning
 	if err := apiServer.Client.Status().Update(ctx, pod); err != nil {
-		t.Fatal(err)
+		return nil, fmt.Errorf("set Mountpoint Pod %s Running: %w", name, err)
 	}
-	return mp
+	return mp, nil
 }
 
-func (mp *mountpointPod) start(t testing.TB, realEngine bool) {
-	t.Helper()
+func (mp *mountpointPod) start(t testing.TB, realEngine bool) error {
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), mounterEnv+"="+mp.commDir)
 	if realEngine {
@@ -225,7 +240,7 @@ func (mp *mountpointPod) start(t testing.TB, realEngine bool) {
 	}
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+		return fmt.Errorf("start mounter: %w", err)
 	}
 	mp.proc, mp.exited = cmd, make(chan error, 1)
 	go func() { mp.exited <- cmd.Wait() }()
@@ -233,6 +248,7 @@ func (mp *mountpointPod) start(t testing.TB, realEngine bool) {
 		_ = cmd.Process.Kill()
 		_ = receive(mp.exited)
 	})
+	return nil
 }
 
 // kill ends the mounter as a crash would: its FUSE mounts stay and answer ENOTCONN.
@@ -247,9 +263,19 @@ func (mp *mountpointPod) kill(t testing.TB) {
 	}
 }
 
-// assign records workload pod uid as served by mp in an attachment for pv on this node.
-func (n *node) assign(pvName, volumeID, podUID, mpName string) *s3csiv2.MountpointS3PodAttachment {
+// assign records workload pod uid as served by mp in an attachment for pv on this node; keys
+// set the attachment's sharing key fields (mount options, read-only...).
+func (n *node) assign(pvName, volumeID, podUID, mpName string, keys ...func(*s3csiv2.MountpointS3PodAttachmentSpec)) *s3csiv2.MountpointS3PodAttachment {
 	n.t.Helper()
+	s3pa, err := n.createAttachment(context.Background(), pvName, volumeID, podUID, mpName, keys...)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	return s3pa
+}
+
+// createAttachment is assign returning its error.
+func (n *node) createAttachment(ctx context.Context, pvName, volumeID, podUID, mpName string, keys ...func(*s3csiv2.MountpointS3PodAttachmentSpec)) (*s3csiv2.MountpointS3PodAttachment, error) {
 	s3pa := &s3csiv2.MountpointS3PodAttachment{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: "s3pa-"},
 		Spec: s3csiv2.MountpointS3PodAttachmentSpec{
@@ -259,21 +285,32 @@ func (n *node) assign(pvName, volumeID, podUID, mpName string) *s3csiv2.Mountpoi
 			},
 		},
 	}
-	if err := apiServer.Client.Create(context.Background(), s3pa); err != nil {
-		n.t.Fatal(err)
+	for _, k := range keys {
+		k(&s3pa.Spec)
 	}
-	n.t.Cleanup(func() { _ = apiServer.Client.Delete(context.Background(), s3pa) })
-	return s3pa
+	if err := apiServer.Client.Create(ctx, s3pa); err != nil {
+		return nil, fmt.Errorf("create attachment for %s: %w", pvName, err)
+	}
+	n.t.Cleanup(func() { _ = apiServer.Client.Delete(context.WithoutCancel(ctx), s3pa) })
+	return s3pa, nil
 }
 
 // addWorkload adds a workload to an existing attachment.
 func (n *node) addWorkload(s3pa *s3csiv2.MountpointS3PodAttachment, mpName, podUID string) {
 	n.t.Helper()
-	s3pa.Spec.MountpointS3PodAttachments[mpName] = append(s3pa.Spec.MountpointS3PodAttachments[mpName],
-		s3csiv2.WorkloadAttachment{WorkloadPodUID: podUID, AttachmentTime: metav1.Now()})
-	if err := apiServer.Client.Update(context.Background(), s3pa); err != nil {
+	if err := n.attachWorkload(context.Background(), s3pa, mpName, podUID); err != nil {
 		n.t.Fatal(err)
 	}
+}
+
+// attachWorkload is addWorkload returning its error.
+func (n *node) attachWorkload(ctx context.Context, s3pa *s3csiv2.MountpointS3PodAttachment, mpName, podUID string) error {
+	s3pa.Spec.MountpointS3PodAttachments[mpName] = append(s3pa.Spec.MountpointS3PodAttachments[mpName],
+		s3csiv2.WorkloadAttachment{WorkloadPodUID: podUID, AttachmentTime: metav1.Now()})
+	if err := apiServer.Client.Update(ctx, s3pa); err != nil {
+		return fmt.Errorf("add workload %s to attachment %s: %w", podUID, s3pa.Name, err)
+	}
+	return nil
 }
 
 // target makes the parent of a workload's target path, as kubelet does, and returns the path.

@@ -28,6 +28,9 @@ type AttachmentWaiter interface {
 	// Wait returns the assignment of key with the given volume id once the API server records
 	// it, or an error when ctx ends first.
 	Wait(ctx context.Context, key attach.Key, volumeID string) (*attach.Assignment, error)
+	// Find reads the API server once and returns the assignment of key with the given volume id
+	// (any volume id when ""), nil when no attachment records it.
+	Find(ctx context.Context, key attach.Key, volumeID string) (*attach.Assignment, error)
 }
 
 // PodWaiter reads this node's Mountpoint Pods.
@@ -61,6 +64,10 @@ type Config struct {
 	// PathStyle addresses buckets as <endpoint>/<bucket> in every Mountpoint Pod, as
 	// on-premises S3 (Scality RING) needs; a volume may also ask for it with --force-path-style.
 	PathStyle bool
+	// LegacyTokenFile is the driver's web identity token file; when set, it is copied to where
+	// mount-s3 processes of the v1 (systemd) mounter read it whenever such a mount is
+	// republished.
+	LegacyTokenFile string
 }
 
 // Server implements csi.IdentityServer and csi.NodeServer.

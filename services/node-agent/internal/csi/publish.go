@@ -114,7 +114,8 @@ func waitCode(ctx context.Context) codes.Code {
 }
 
 // republish handles a target that is already mounted: a live bind of one of our sources is
-// kept (credentials refreshed, re-verified), a dead one is removed so the caller mounts
+// kept when the request is compatible with it (credentials refreshed, re-verified) and refused
+// with ALREADY_EXISTS when not (checkRepublish), a dead one is removed so the caller mounts
 // afresh, and a legacy mountpoint-s3 mount made outside a Mountpoint Pod is kept as it is.
 // It returns true when the target is published and nothing else is to be done.
 func (s *Server) republish(ctx context.Context, p *publishRequest) (bool, error) {
@@ -140,7 +141,7 @@ func (s *Server) republish(ctx context.Context, p *publishRequest) (bool, error)
 	source, ours := ourSource(table, entry, s.cfg.KubeletDir)
 	if !ours {
 		if mount.IsFUSE(entry) && entry.Source == mount.FUSESource {
-			log.Info("Target is a legacy mount made outside a Mountpoint Pod; keeping it until the workload restarts", "target", p.Target)
+			s.republishLegacy(ctx, p.Target)
 			return true, nil
 		}
 		return false, status.Errorf(codes.FailedPrecondition, "target %s already holds a mount that is not from this driver (%s)", p.Target, entry.FsType)
@@ -153,6 +154,9 @@ func (s *Server) republish(ctx context.Context, p *publishRequest) (bool, error)
 		return false, nil
 	}
 	mp := filepath.Base(source)
+	if err := s.checkRepublish(ctx, p, entry, mp); err != nil {
+		return false, err
+	}
 	pod, err := s.pods.Get(ctx, mp)
 	if err != nil || pod == nil {
 		// The published mount is fine; credentials are refreshed on the next republish.
@@ -180,7 +184,10 @@ func ourSource(table mount.Table, target mount.Entry, kubeletDir string) (string
 // writeCredentials writes the profile files for p into commDir.
 func (s *Server) writeCredentials(commDir string, p *publishRequest) (credentials.Files, error) {
 	creds := s.cfg.DriverCredentials
-	if p.AuthSource == volumecontext.AuthenticationSourceSecret {
+	// A volume of a StorageClass that names only a provisioner secret asks for secret
+	// authentication but gets no node publish secret: it mounts with the driver's credentials,
+	// as it did under the Scality v2 driver.
+	if p.AuthSource == volumecontext.AuthenticationSourceSecret && len(p.Secrets) > 0 {
 		c, err := credentials.FromSecrets(p.Secrets)
 		if err != nil {
 			return credentials.Files{}, status.Errorf(codes.InvalidArgument, "%v; set nodePublishSecretRef on the PersistentVolume", err)
@@ -232,10 +239,15 @@ func (s *Server) mountSource(ctx context.Context, source, commDir string, a *att
 	req := &handshake.Request{
 		Bucket: p.Bucket, Args: s.args(p), Env: s.env(),
 		ConfigFile: files.ConfigFile, CredentialsFile: files.CredentialsFile,
-		MaxRead: mount.FUSEMaxRead, VolumeID: p.VolumeID,
+		MaxRead: mount.FUSEMaxRead, VolumeId: p.VolumeID,
 	}
 	err = handshake.Send(ctx, filepath.Join(commDir, mppod.MountSockName), dev, req)
 	if err == nil {
+		// After the mounter answered: the kernel lowers the readahead to what the server
+		// accepts when it answers FUSE_INIT, which offers the readahead the mount had then.
+		if err := mount.SetReadAhead(source, mount.FUSEReadAheadKiB); err != nil {
+			logr.FromContextOrDiscard(ctx).Info("Sequential reads of this mount use the kernel's default readahead", "source", source, "error", err.Error())
+		}
 		logr.FromContextOrDiscard(ctx).Info("Mounted the Mountpoint Pod's filesystem", "source", source, "bucket", p.Bucket)
 		return nil
 	}

@@ -33,7 +33,7 @@ func TestPublishMountsOnceAndSharesTheSourceBetweenWorkloads(t *testing.T) {
 	first, second := uuid.NewUUID(), uuid.NewUUID()
 	mpName := mppod.Name(string(first), pv)
 	n.createMountpointPod(mpName)
-	s3pa := n.assign(pv, volumeID, string(first), mpName)
+	s3pa := n.assign(pv, volumeID, string(first), mpName, mountOptions("allow-delete"))
 
 	target1 := n.target(first, pv)
 	if _, err := n.client.NodePublishVolume(ctx, publishRequest(volumeID, target1, "bucket-a", first, "allow-delete")); err != nil {

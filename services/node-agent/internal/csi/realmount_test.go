@@ -2,8 +2,10 @@ package csi_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +19,7 @@ import (
 	"github.com/s3csi/s3csi/shared/testenv"
 
 	"github.com/s3csi/s3csi/services/node-agent/internal/credentials"
+	"github.com/s3csi/s3csi/services/node-agent/internal/mount"
 )
 
 // TestPublishServesTheBucketThroughTheRealMounter runs the whole node path with the real
@@ -44,6 +47,18 @@ func TestPublishServesTheBucketThroughTheRealMounter(t *testing.T) {
 	}
 	if got := readFile(t, filepath.Join(target, "dir", "hello.txt")); got != "from S3" {
 		t.Fatalf("target shows %q, want the object's content", got)
+	}
+	table, err := mount.ReadTable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	source, ok := table.Lookup(n.kubelet.SourceDir(mpName))
+	if !ok {
+		t.Fatal("source not mounted")
+	}
+	readAhead := readFile(t, fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", source.Major, source.Minor))
+	if strings.TrimSpace(readAhead) != strconv.Itoa(mount.FUSEReadAheadKiB) {
+		t.Fatalf("source readahead = %s KiB, want %d", readAhead, mount.FUSEReadAheadKiB)
 	}
 	if err := os.WriteFile(filepath.Join(target, "written.txt"), []byte("from the pod"), 0o644); err != nil {
 		t.Fatalf("write through the mount: %v", err)

@@ -28,6 +28,9 @@ type publishRequest struct {
 	AuthSource string
 	ReadOnly   bool
 	Options    *mountopts.Options
+	// MountFlags are the capability's mount flags as sent: the PV's mount options, which the
+	// attachment's sharing key records joined by ",".
+	MountFlags []string
 	Secrets    map[string]string
 }
 
@@ -105,6 +108,7 @@ func parsePublish(kubeletDir string, req *csi.NodePublishVolumeRequest) (*publis
 	opts.ApplyDefaults(readOnly)
 	return &publishRequest{
 		VolumeID: req.GetVolumeId(), Target: req.GetTargetPath(), PodUID: podUID, PVName: pvName,
-		Bucket: bucket, AuthSource: auth, ReadOnly: readOnly, Options: opts, Secrets: req.GetSecrets(),
+		Bucket: bucket, AuthSource: auth, ReadOnly: readOnly, Options: opts, MountFlags: mnt.GetMountFlags(),
+		Secrets: req.GetSecrets(),
 	}, nil
 }

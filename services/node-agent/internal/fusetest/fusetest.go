@@ -63,7 +63,7 @@ func (e *Engine) Mount(_ context.Context, fd int, req *handshake.Request) (hands
 		},
 	}
 	opts.AllowOther = true
-	opts.MaxWrite = req.MaxRead
+	opts.MaxWrite = int(req.GetMaxRead())
 	server, err := fuse.NewServer(fs.NewNodeFS(root, opts), fmt.Sprintf("/dev/fd/%d", fd), &opts.MountOptions)
 	if err != nil {
 		_ = syscall.Close(fd)

@@ -3,20 +3,24 @@
 // The node-agent opens /dev/fuse, mounts it on the source dir, then connects to
 // <comm>/mount.sock and sends one Request with the /dev/fuse file attached (SCM_RIGHTS). The
 // mounter starts the filesystem on that file and answers one Response on the same connection:
-// success once the filesystem serves, or the error text. Each frame is a 4-byte big-endian
-// length and a JSON document carrying a version, so either side can refuse what it does not
-// understand. Requests never carry secrets: credentials travel as AWS profile files in the
+// success once the filesystem serves, or the error text. The messages are defined in
+// proto/s3csi/mount/v1/handshake.proto; each frame is a 4-byte big-endian length and the
+// message's protobuf encoding, which carries a version, so either side can refuse what it does
+// not understand. Requests never carry secrets: credentials travel as AWS profile files in the
 // comm dir, named by paths relative to it.
 package handshake
 
 import (
 	"bytes"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"strings"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/s3csi/s3csi/shared/handshakepb"
 )
 
 // Version is the protocol version this package speaks.
@@ -26,34 +30,13 @@ const Version = 1
 const MaxFrameSize = 64 << 10
 
 // Request asks the mounter to serve a filesystem on the attached /dev/fuse file.
-type Request struct {
-	// Version is the protocol version (Version).
-	Version int `json:"version"`
-	// Bucket is the S3 bucket to serve.
-	Bucket string `json:"bucket"`
-	// Args are mount-s3 options, already checked against the node-agent's policy.
-	Args []string `json:"args,omitempty"`
-	// Env are KEY=VALUE settings for the S3 client (region, endpoint, profile); never secrets.
-	Env []string `json:"env,omitempty"`
-	// ConfigFile and CredentialsFile are the AWS profile files, relative to the comm dir.
-	ConfigFile      string `json:"configFile,omitempty"`
-	CredentialsFile string `json:"credentialsFile,omitempty"`
-	// MaxRead is the max_read the FUSE mount was made with; the server must not write more.
-	MaxRead int `json:"maxRead"`
-	// VolumeID names the volume in the mounter's logs.
-	VolumeID string `json:"volumeID,omitempty"`
-}
+type Request = handshakepb.MountRequest
 
 // Response is the mounter's answer.
-type Response struct {
-	// Version is the protocol version (Version).
-	Version int `json:"version"`
-	// Error is empty when the filesystem serves, else why it could not.
-	Error string `json:"error,omitempty"`
-}
+type Response = handshakepb.MountResponse
 
-// Validate checks a decoded request.
-func (r *Request) Validate() error {
+// validateRequest checks a decoded request.
+func validateRequest(r *Request) error {
 	var errs []error
 	if r.Version != Version {
 		errs = append(errs, fmt.Errorf("protocol version %d, want %d", r.Version, Version))
@@ -61,8 +44,8 @@ func (r *Request) Validate() error {
 	if r.Bucket == "" {
 		errs = append(errs, errors.New("no bucket"))
 	}
-	if r.MaxRead <= 0 {
-		errs = append(errs, fmt.Errorf("max read %d is not positive", r.MaxRead))
+	if r.MaxRead == 0 {
+		errs = append(errs, errors.New("no max read"))
 	}
 	for _, f := range []string{r.ConfigFile, r.CredentialsFile} {
 		if f != "" && (strings.HasPrefix(f, "/") || strings.Contains(f, "..")) {
@@ -81,8 +64,8 @@ func (r *Request) Validate() error {
 }
 
 // encodeFrame returns v as one frame.
-func encodeFrame(v any) ([]byte, error) {
-	body, err := json.Marshal(v)
+func encodeFrame(v proto.Message) ([]byte, error) {
+	body, err := proto.Marshal(v)
 	if err != nil {
 		return nil, fmt.Errorf("encode frame: %w", err)
 	}
@@ -94,8 +77,8 @@ func encodeFrame(v any) ([]byte, error) {
 	return append(frame, body...), nil
 }
 
-// decodeFrame reads one frame's body from r (the length prefix already read as n) into v.
-func decodeBody(r io.Reader, n uint32, v any) error {
+// decodeBody reads one frame's body from r (the length prefix already read as n) into v.
+func decodeBody(r io.Reader, n uint32, v proto.Message) error {
 	if n > MaxFrameSize {
 		return fmt.Errorf("decode frame: %d bytes exceed %d", n, MaxFrameSize)
 	}
@@ -103,14 +86,14 @@ func decodeBody(r io.Reader, n uint32, v any) error {
 	if _, err := io.ReadFull(r, body); err != nil {
 		return fmt.Errorf("read frame body: %w", err)
 	}
-	if err := json.Unmarshal(body, v); err != nil {
+	if err := proto.Unmarshal(body, v); err != nil {
 		return fmt.Errorf("decode frame: %w", err)
 	}
 	return nil
 }
 
 // readFrame reads one whole frame from r into v.
-func readFrame(r io.Reader, v any) error {
+func readFrame(r io.Reader, v proto.Message) error {
 	var head [4]byte
 	if _, err := io.ReadFull(r, head[:]); err != nil {
 		return fmt.Errorf("read frame length: %w", err)

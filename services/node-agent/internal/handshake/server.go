@@ -86,7 +86,7 @@ func handle(ctx context.Context, conn *net.UnixConn, engine Engine) (Mounted, er
 	_ = conn.SetDeadline(time.Now().Add(requestTimeout))
 	req, fd, err := receive(conn)
 	if err == nil {
-		err = req.Validate()
+		err = validateRequest(req)
 		if err != nil && fd >= 0 {
 			_ = unix.Close(fd)
 		}
