@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"golang.org/x/sync/errgroup"
+	"golang.org/x/sys/unix"
 
 	"github.com/s3csi/s3csi/shared/testenv"
 )
@@ -26,7 +27,8 @@ const (
 
 // BenchmarkClients prints, per client, sequential read and write MB/s, random 4 KiB read IOPS,
 // the time to list 10,000 files and the client's peak RSS so far (VmHWM, growing along the
-// sub-benchmarks); raw parallel GET is the ceiling.
+// sub-benchmarks); raw parallel GET is the ceiling. Sequential reads also report the CPU the
+// client (cpu-ms/GiB) and the reading process (app-cpu-ms/GiB) spent per GiB.
 func BenchmarkClients(b *testing.B) {
 	requireTools(b)
 	s := testenv.StartS3(b)
@@ -34,18 +36,25 @@ func BenchmarkClients(b *testing.B) {
 	mounter := buildMounter(b)
 	b.Run("raw-sdk/seq-read", func(b *testing.B) {
 		b.SetBytes(objectSize)
+		cpu := selfCPU()
 		for range b.N {
 			rawGet(b, s)
 		}
+		reportCPU(b, selfCPU()-cpu, "cpu-ms/GiB")
 	})
 	for _, c := range clients(mounter) {
 		b.Run(c.name, func(b *testing.B) {
 			m := startClient(b, c, s)
 			b.Run("seq-read", func(b *testing.B) {
 				b.SetBytes(objectSize)
+				cpu, app := m.cpuSeconds(), selfCPU()
 				for range b.N {
 					readAll(b, filepath.Join(m.dir, "big.bin"))
 				}
+				reportCPU(b, m.cpuSeconds()-cpu, "cpu-ms/GiB")
+				// The reading process's own CPU: the kernel's page-cache work for FUSE reads,
+				// which a raw GET does not pay.
+				reportCPU(b, selfCPU()-app, "app-cpu-ms/GiB")
 				b.ReportMetric(m.peakRSS(), "peakRSS-MiB")
 			})
 			b.Run("seq-write", func(b *testing.B) {
@@ -98,12 +107,17 @@ func seed(b *testing.B, s *testenv.S3) {
 	}
 }
 
+// readAll reads path once from the client, not from the kernel's page cache: pages left by an
+// earlier iteration are dropped first (a client may keep them across opens).
 func readAll(b *testing.B, path string) {
 	f, err := os.Open(path)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer f.Close()
+	if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+		b.Fatalf("drop cached pages of %s: %v", path, err)
+	}
 	n, err := io.CopyBuffer(io.Discard, struct{ io.Reader }{f}, make([]byte, 1<<20))
 	if err != nil || n != objectSize {
 		b.Fatalf("read %d bytes of %s: %v", n, path, err)
@@ -139,6 +153,21 @@ func randomReads(b *testing.B, path string) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// reportCPU reports CPU time per GiB read: on a machine whose cores are shared, throughput
+// varies with the load while the CPU a client spends per byte does not.
+func reportCPU(b *testing.B, seconds float64, unit string) {
+	b.ReportMetric(seconds*1000/(float64(b.N)*objectSize/(1<<30)), unit)
+}
+
+// selfCPU is the CPU time this process has used, in seconds.
+func selfCPU() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }
 
 func rawGet(b *testing.B, s *testenv.S3) {

@@ -134,6 +134,27 @@ func (m *mounted) peakRSS() float64 {
 	return 0
 }
 
+// cpuSeconds is the CPU time the client process has used (utime+stime of /proc/PID/stat).
+func (m *mounted) cpuSeconds() float64 {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", m.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	// Fields after the command name, which may hold spaces: state is the first, utime the 12th.
+	_, rest, ok := strings.Cut(string(stat), ") ")
+	fields := strings.Fields(rest)
+	if !ok || len(fields) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseFloat(fields[11], 64)
+	stime, _ := strconv.ParseFloat(fields[12], 64)
+	return (utime + stime) / clockTicks
+}
+
+// clockTicks is USER_HZ, the unit of /proc/PID/stat times: 100 on every Linux architecture
+// this runs on.
+const clockTicks = 100
+
 func isMounted(dir string) bool {
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {

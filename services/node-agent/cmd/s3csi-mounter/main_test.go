@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -71,13 +72,16 @@ func TestServesPassedDescriptorAsNobody(t *testing.T) {
 	}
 	defer fuseDev.Close()
 	target := t.TempDir()
+	if err := os.Chmod(filepath.Dir(target), 0o755); err != nil { //nolint:gosec // another user must reach the mount
+		t.Fatal(err)
+	}
 	data := fmt.Sprintf("fd=%d,rootmode=40000,user_id=0,group_id=0,allow_other,max_read=%d", fuseDev.Fd(), 1<<20)
 	if err := syscall.Mount("s3csi", target, "fuse.s3csi", syscall.MS_NOSUID|syscall.MS_NODEV, data); err != nil {
 		t.Fatalf("mount fuse: %v", err)
 	}
 
 	cmd := exec.Command(bin, "--endpoint-url", s.Endpoint, "--region", s.Region, "--force-path-style",
-		"--allow-delete", s.Bucket, "/dev/fd/3")
+		"--allow-delete", "--allow-root", s.Bucket, "/dev/fd/3")
 	cmd.ExtraFiles = []*os.File{fuseDev}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: unprivileged, Gid: unprivileged}}
 	cmd.Env = []string{"AWS_ACCESS_KEY_ID=" + s.AccessKey, "AWS_SECRET_ACCESS_KEY=" + s.SecretKey, "HOME=/nonexistent"}
@@ -110,6 +114,13 @@ func TestServesPassedDescriptorAsNobody(t *testing.T) {
 	got, err := os.ReadFile(filepath.Join(target, "dir/hello.txt"))
 	if err != nil || string(got) != "through a passed fd" {
 		t.Fatalf("read through the passed descriptor = %q, %v; mounter output:\n%s", got, err, output.String())
+	}
+	// The kernel lets every user in (allow_other); --allow-root admits root besides the
+	// mounter's own user, and nobody else.
+	cat := exec.CommandContext(ctx, "cat", filepath.Join(target, "dir/hello.txt"))
+	cat.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 4321, Gid: 4321}}
+	if out, err := cat.CombinedOutput(); err == nil || !strings.Contains(string(out), "Permission denied") {
+		t.Fatalf("uid 4321 read = %q, %v; want permission denied", out, err)
 	}
 	if err := os.WriteFile(filepath.Join(target, "dir/new.txt"), []byte("written"), 0o644); err != nil {
 		t.Fatalf("write: %v", err)

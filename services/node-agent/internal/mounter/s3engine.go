@@ -46,30 +46,46 @@ func (e *S3Engine) Mount(ctx context.Context, fd int, req *handshake.Request) (h
 }
 
 func (e *S3Engine) mount(ctx context.Context, fd int, req *handshake.Request) (*s3fs.Mounted, error) {
-	if req.MaxRead != mount.FUSEMaxRead {
-		return nil, fmt.Errorf("mount was made with max_read=%d, this mounter serves %d", req.MaxRead, mount.FUSEMaxRead)
-	}
-	opts, err := mountargs.ParseMountOptions(req.Args)
+	opts, env, err := prepare(e.CommDir, fd, req)
 	if err != nil {
-		return nil, fmt.Errorf("parse mount options: %w", err)
-	}
-	opts.Bucket = req.Bucket
-	opts.MountPoint = fmt.Sprintf("/dev/fd/%d", fd)
-	if err := opts.Validate(); err != nil {
-		return nil, fmt.Errorf("check mount options: %w", err)
-	}
-	if err := e.setEnv(req); err != nil {
 		return nil, err
+	}
+	for k, v := range env {
+		if err := os.Setenv(k, v); err != nil {
+			return nil, fmt.Errorf("set %s: %w", k, err)
+		}
 	}
 	return s3fs.MountFD(ctx, fd, s3fs.Config{Options: opts, Log: e.Log})
 }
 
-func (e *S3Engine) setEnv(req *handshake.Request) error {
+// prepare checks req for the FUSE connection fd and returns its options, with fd as the mount
+// point, and the environment the S3 client needs: the request's settings and the paths of the
+// profile files in commDir.
+func prepare(commDir string, fd int, req *handshake.Request) (mountargs.Options, map[string]string, error) {
+	if req.MaxRead != mount.FUSEMaxRead {
+		return mountargs.Options{}, nil, fmt.Errorf("mount was made with max_read=%d, this mounter serves %d", req.MaxRead, mount.FUSEMaxRead)
+	}
+	opts, err := mountargs.ParseMountOptions(req.Args)
+	if err != nil {
+		return mountargs.Options{}, nil, fmt.Errorf("parse mount options: %w", err)
+	}
+	opts.Bucket = req.Bucket
+	opts.MountPoint = fmt.Sprintf("/dev/fd/%d", fd)
+	if err := opts.Validate(); err != nil {
+		return mountargs.Options{}, nil, fmt.Errorf("check mount options: %w", err)
+	}
+	if opts.CacheDir != "" {
+		dir, err := cacheDir(opts.CacheDir)
+		if err != nil {
+			return mountargs.Options{}, nil, err
+		}
+		opts.CacheDir = dir
+	}
 	env := map[string]string{}
 	for _, kv := range req.Env {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || !allowedEnv[k] {
-			return fmt.Errorf("mount request sets %q: only %s are accepted", k, "AWS_PROFILE, AWS_REGION, AWS_ENDPOINT_URL")
+			return mountargs.Options{}, nil, fmt.Errorf("mount request sets %q: only %s are accepted", k, "AWS_PROFILE, AWS_REGION, AWS_ENDPOINT_URL")
 		}
 		env[k] = v
 	}
@@ -78,16 +94,11 @@ func (e *S3Engine) setEnv(req *handshake.Request) error {
 			continue
 		}
 		if !filepath.IsLocal(name) {
-			return fmt.Errorf("mount request names profile file %q outside the comm dir", name)
+			return mountargs.Options{}, nil, fmt.Errorf("mount request names profile file %q outside the comm dir", name)
 		}
-		env[key] = filepath.Join(e.CommDir, name)
+		env[key] = filepath.Join(commDir, name)
 	}
-	for k, v := range env {
-		if err := os.Setenv(k, v); err != nil {
-			return fmt.Errorf("set %s: %w", k, err)
-		}
-	}
-	return nil
+	return opts, env, nil
 }
 
 // mounted adapts s3fs.Mounted to handshake.Mounted.
@@ -97,4 +108,22 @@ type mounted struct{ m *s3fs.Mounted }
 func (m mounted) Wait() error {
 	m.m.Wait()
 	return nil
+}
+
+// cacheDir turns the --cache name of a mount request into a directory of the Mountpoint Pod.
+//
+// The node-agent's policy lets a volume name a cache but never a path (a host path would reach
+// outside the pod), and the Scality v2 driver made any --cache value a fresh directory in the
+// Mountpoint Pod's writable layer. So the name becomes <temp dir>/s3csi-cache/<name>, created
+// here; the filesystem empties its cache at mount and removes it at exit. A Mountpoint Pod
+// serves one mount, so no two mounts share it.
+func cacheDir(name string) (string, error) {
+	if !filepath.IsLocal(name) || strings.ContainsRune(name, '/') {
+		return "", fmt.Errorf("cache %q is not a plain name: a mount request names a cache, never a path", name)
+	}
+	dir := filepath.Join(os.TempDir(), "s3csi-cache", name)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("create the cache directory: %w", err)
+	}
+	return dir, nil
 }

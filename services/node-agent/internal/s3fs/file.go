@@ -22,6 +22,7 @@ type fileNode struct {
 	// pending is the last handle opened for overwriting: the kernel truncates for O_TRUNC right
 	// after the open, without naming the handle.
 	pending *handle
+	cache   pageCache
 }
 
 var (
@@ -147,16 +148,23 @@ func (n *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 	}
 	n.refresh(e)
 	h := &handle{node: n}
+	var openFlags uint32
+	if acc != syscall.O_WRONLY {
+		h.reader = newReader(n.fsys, n.key, e)
+		h.cacheETag, h.cacheCounted = e.etag, true
+		n.mu.Lock()
+		if n.cache.opened(e.etag) {
+			openFlags = fuse.FOPEN_KEEP_CACHE
+		}
+		n.mu.Unlock()
+	}
 	if write {
 		h.pendingOverwrite = true
 		n.mu.Lock()
 		n.pending = h
 		n.mu.Unlock()
 	}
-	if acc != syscall.O_WRONLY {
-		h.reader = newReader(n.fsys, n.key, e)
-	}
-	return h, 0, 0
+	return h, openFlags, 0
 }
 
 // startWrite makes the node a new file being written by a fresh handle.

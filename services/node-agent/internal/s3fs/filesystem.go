@@ -5,6 +5,7 @@ import (
 	"hash/fnv"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -12,6 +13,12 @@ import (
 
 	"github.com/s3csi/s3csi/shared/mountargs"
 )
+
+// counters count a mount's requests for Stats.
+type counters struct {
+	readRequests atomic.Int64
+	readBytes    atomic.Int64
+}
 
 // filesystem is the state shared by every node of one mount.
 type filesystem struct {
@@ -29,7 +36,9 @@ type filesystem struct {
 	maxThreads        int
 
 	budget    *budget
+	stats     counters
 	meta      *metaCache
+	cache     *diskCache
 	pool      sync.Pool // *[]byte of readPart bytes
 	writePool sync.Pool // *[]byte of writePart bytes
 
@@ -51,7 +60,7 @@ func newFilesystem(client *s3.Client, cfg *Config) *filesystem {
 		gid:        uint32(os.Getgid()), //nolint:gosec // gids fit in uint32
 		fileMode:   defaultFileMode,
 		dirMode:    defaultDirMode,
-		ttl:        ttlOf(o.MetadataTTL, defaultMetadataTTL),
+		ttl:        ttlOf(o.MetadataTTL, metadataTTLDefault(&o)),
 		negTTL:     ttlOf(o.NegativeMetadataTTL, 0),
 		readPart:   int64(o.EffectiveReadPartSize(DefaultPartSize)),  //nolint:gosec // bounded by the parser
 		writePart:  int64(o.EffectiveWritePartSize(DefaultPartSize)), //nolint:gosec // bounded by the parser

@@ -17,6 +17,10 @@ type handle struct {
 	reader           *reader
 	writer           *writer
 	pendingOverwrite bool
+	// cacheETag is the version this handle reads, counted in the node's pageCache while
+	// cacheCounted.
+	cacheETag    string
+	cacheCounted bool
 }
 
 var (
@@ -80,11 +84,7 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 	if w != nil || r == nil {
 		return nil, syscall.EBADF
 	}
-	n, errno := r.read(ctx, dest, off)
-	if errno != 0 {
-		return nil, errno
-	}
-	return fuse.ReadResultData(dest[:n]), 0
+	return r.read(ctx, dest, off)
 }
 
 // Write appends to a file being written; writes must be sequential.
@@ -121,6 +121,10 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 	h.node.mu.Lock()
 	if h.node.pending == h {
 		h.node.pending = nil
+	}
+	if h.cacheCounted {
+		h.node.cache.closed(h.cacheETag)
+		h.cacheCounted = false
 	}
 	h.node.mu.Unlock()
 	r, w := h.current()

@@ -22,6 +22,8 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/s3csi/s3csi/shared/mountargs"
+
+	"github.com/s3csi/s3csi/services/node-agent/internal/mount"
 )
 
 // Defaults for values mount-s3's options leave unset.
@@ -69,6 +71,10 @@ type Stats struct {
 	PeakBufferBytes int64
 	// BufferLimit is the reservation limit (--max-memory-target).
 	BufferLimit int64
+	// ReadRequests counts the ranged GETs issued for reads, prefetch included.
+	ReadRequests int64
+	// ReadBytes is the bytes those GETs asked for.
+	ReadBytes int64
 }
 
 // Mounted is a served mount.
@@ -95,6 +101,10 @@ func Mount(ctx context.Context, mountPoint string, cfg Config) (*Mounted, error)
 		return nil, err
 	}
 	fsys := newFilesystem(client, &cfg)
+	if err := fsys.openCache(); err != nil {
+		fsys.stop()
+		return nil, err
+	}
 	root := &dirNode{fsys: fsys, prefix: cfg.Options.Prefix, local: map[string]*fs.Inode{}}
 	ttl, negTTL := fsys.ttl, fsys.negTTL
 	fsOpts := &fs.Options{
@@ -114,7 +124,8 @@ func Mount(ctx context.Context, mountPoint string, cfg Config) (*Mounted, error)
 		fsOpts.DirectMount = false
 		fsOpts.DirectMountStrict = false
 	}
-	server, err := fuse.NewServer(fs.NewNodeFS(root, fsOpts), mountPoint, &fsOpts.MountOptions)
+	raw := restrictAccess(fs.NewNodeFS(root, fsOpts), uint32(os.Geteuid()), cfg.Options.AllowOther, cfg.Options.AllowRoot) //nolint:gosec // uids fit 32 bits
+	server, err := fuse.NewServer(raw, mountPoint, &fsOpts.MountOptions)
 	if err != nil {
 		fsys.stop()
 		return nil, fmt.Errorf("mount %s: %w", mountPoint, err)
@@ -123,6 +134,12 @@ func Mount(ctx context.Context, mountPoint string, cfg Config) (*Mounted, error)
 	if err := server.WaitMount(); err != nil {
 		fsys.stop()
 		return nil, fmt.Errorf("wait for mount %s: %w", mountPoint, err)
+	}
+	if !passed {
+		// A passed descriptor's owner sets the readahead: it alone knows the mount point.
+		if err := mount.SetReadAhead(mountPoint, mount.FUSEReadAheadKiB); err != nil {
+			cfg.Log.Info("Sequential reads use the kernel's default readahead", "mountPoint", mountPoint, "error", err.Error())
+		}
 	}
 	cfg.Log.Info("Serving bucket", "bucket", cfg.Options.Bucket, "prefix", cfg.Options.Prefix, "mountPoint", mountPoint)
 	return &Mounted{server: server, fs: fsys, mountPoint: mountPoint, passedFD: passed}, nil
@@ -157,7 +174,10 @@ func (m *Mounted) Unmount() error {
 // Stats returns the mount's counters.
 func (m *Mounted) Stats() Stats {
 	b := m.fs.budget
-	return Stats{BufferBytes: b.used.Load(), PeakBufferBytes: b.peak.Load(), BufferLimit: b.limit}
+	return Stats{
+		BufferBytes: b.used.Load(), PeakBufferBytes: b.peak.Load(), BufferLimit: b.limit,
+		ReadRequests: m.fs.stats.readRequests.Load(), ReadBytes: m.fs.stats.readBytes.Load(),
+	}
 }
 
 func (f *filesystem) mountOptions() fuse.MountOptions {
@@ -166,13 +186,16 @@ func (f *filesystem) mountOptions() fuse.MountOptions {
 		Name:               "s3csi",
 		MaxWrite:           maxWrite,
 		MaxReadAhead:       maxWrite,
-		AllowOther:         f.opts.AllowOther,
 		DisableReadDirPlus: true,
 		DisableXAttrs:      true,
+		DisableSplice:      true,
 		MaxBackground:      64,
 		Debug:              os.Getenv("S3CSI_FUSE_DEBUG") != "",
 		DirectMount:        true,
 	}
+	// Root is another user to the kernel: --allow-root needs allow_other too, and
+	// restrictAccess keeps everyone else out.
+	o.AllowOther = f.opts.AllowOther || f.opts.AllowRoot
 	if f.opts.ReadOnly {
 		o.Options = append(o.Options, "ro")
 	}

@@ -91,7 +91,11 @@ func (w *writer) write(ctx context.Context, data []byte, off int64) (uint32, sys
 	for written < len(data) {
 		if w.buf == nil {
 			if err := w.fsys.budget.acquire(ctx, w.fsys.writePart); err != nil {
-				return uint32(written), syscall.EINTR //nolint:gosec // bounded by MaxWrite
+				if written > 0 {
+					// A short write: the caller retries the rest, at the offset reached.
+					return uint32(written), 0 //nolint:gosec // bounded by MaxWrite
+				}
+				return 0, syscall.EINTR
 			}
 			w.buf = w.fsys.getWriteBuf()
 		}
@@ -206,7 +210,13 @@ func (w *writer) checksum() types.ChecksumAlgorithm {
 }
 
 // complete finishes the upload once; later calls return the first result.
+//
+// Problem: the kernel turns any signal reaching a process blocked in close(2) into a FUSE
+// interrupt, and Go programs receive preemption signals (SIGURG) all the time; canceling the
+// upload then fails close with EINTR and loses the file, and close cannot be retried.
+// Solution: completion ignores interrupts; it is bounded by the request timeout and the mount.
 func (w *writer) complete(ctx context.Context) syscall.Errno {
+	ctx = context.WithoutCancel(ctx)
 	w.mu.Lock()
 	if w.done {
 		defer w.mu.Unlock()

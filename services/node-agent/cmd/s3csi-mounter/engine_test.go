@@ -1,0 +1,188 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/s3csi/s3csi/shared/mppod"
+	"github.com/s3csi/s3csi/shared/testenv"
+
+	"github.com/s3csi/s3csi/services/node-agent/internal/credentials"
+	"github.com/s3csi/s3csi/services/node-agent/internal/handshake"
+	"github.com/s3csi/s3csi/services/node-agent/internal/mount"
+)
+
+// TestCommDirModeRunsMountS3OnThePassedDescriptor plays the node-agent against a Mountpoint
+// Pod whose operator chose the mount-s3 engine. The "mount-s3" binary is a script that records
+// its command line and runs this mounter's own command-line mode, which takes mount-s3's
+// options: the test proves that the engine starts the binary on the passed FUSE connection
+// with the request's options and profile files, that the bucket is served through it, and
+// that the pod exits 0 once the node-agent asked it to and unmounted.
+func TestCommDirModeRunsMountS3OnThePassedDescriptor(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("this test mounts /dev/fuse: run it as root")
+	}
+	s := testenv.StartS3(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if _, err := s.RootClient().PutObject(ctx, &s3.PutObjectInput{
+		Bucket: aws.String(s.Bucket), Key: aws.String("hello.txt"), Body: stringsReader("served by mount-s3"),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	bin := buildWorldExecutable(t)
+	dir := t.TempDir()
+	record := filepath.Join(dir, "mount-s3.args")
+	script := filepath.Join(dir, "mount-s3")
+	// The stand-in must not follow the engine switch itself, or it would start itself forever.
+	scriptText := fmt.Sprintf("#!/bin/sh\nunset %s\necho \"$@\" > %s\nexec %s \"$@\"\n", engineEnv, record, bin)
+	if err := os.WriteFile(script, []byte(scriptText), 0o755); err != nil { //nolint:gosec // a test script
+		t.Fatal(err)
+	}
+	commDir := filepath.Join(dir, "comm")
+	if err := os.Mkdir(commDir, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	files, err := credentials.Write(commDir, credentials.Static{AccessKeyID: s.AccessKey, SecretAccessKey: s.SecretKey}, s.Region)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	cmd := exec.Command(bin, commDirFlag+commDir)
+	cmd.Env = append(os.Environ(), engineEnv+"="+engineMountS3, mountS3PathEnv+"="+script)
+	output := &syncWriter{}
+	cmd.Stdout, cmd.Stderr = output, output
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var exitErr error
+	exited := make(chan struct{})
+	go func() {
+		exitErr = cmd.Wait()
+		close(exited)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	})
+
+	source := filepath.Join(dir, "source")
+	if err := os.Mkdir(source, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	dev, err := mount.FUSE(source, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Unmount(source, syscall.MNT_DETACH) })
+	err = handshake.Send(ctx, filepath.Join(commDir, mppod.MountSockName), dev, &handshake.Request{
+		Bucket: s.Bucket, Args: []string{"--force-path-style", "--allow-root", "--read-only"},
+		Env:        []string{"AWS_PROFILE=" + credentials.Profile, "AWS_REGION=" + s.Region, "AWS_ENDPOINT_URL=" + s.Endpoint},
+		ConfigFile: files.ConfigFile, CredentialsFile: files.CredentialsFile, MaxRead: mount.FUSEMaxRead,
+	})
+	_ = dev.Close()
+	if err != nil {
+		t.Fatalf("mount request: %v; mounter output:\n%s", err, output.String())
+	}
+
+	got, err := os.ReadFile(filepath.Join(source, "hello.txt"))
+	if err != nil || string(got) != "served by mount-s3" {
+		t.Fatalf("read through mount-s3 = %q, %v; output:\n%s", got, err, output.String())
+	}
+	args, err := os.ReadFile(record)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"--read-only", "--allow-root", "--force-path-style", "--foreground", s.Bucket + " /dev/fd/3"} {
+		if !strings.Contains(string(args), want) {
+			t.Errorf("mount-s3 command line %q lacks %q", args, want)
+		}
+	}
+
+	if err := os.WriteFile(filepath.Join(commDir, mppod.MountExitName), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Unmount(source, 0); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-exited:
+		if exitErr != nil {
+			t.Fatalf("Mountpoint Pod exit = %v, want 0 after the exit request; output:\n%s", exitErr, output.String())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("mounter still running 15s after unmount; output:\n%s", output.String())
+	}
+}
+
+// TestMountS3EngineReportsAnEarlyExit checks that a mount-s3 that cannot serve turns into the
+// mount request's error, with its own words, and a non-zero exit with mount.err written.
+func TestMountS3EngineReportsAnEarlyExit(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("this test mounts /dev/fuse: run it as root")
+	}
+	bin := buildWorldExecutable(t)
+	dir := t.TempDir()
+	script := filepath.Join(dir, "mount-s3")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\necho 'Error: Failed to create S3 client: bucket does not exist' >&2\nexit 1\n"), 0o755); err != nil { //nolint:gosec // a test script
+		t.Fatal(err)
+	}
+	commDir := filepath.Join(dir, "comm")
+	if err := os.Mkdir(commDir, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, commDirFlag+commDir)
+	cmd.Env = append(os.Environ(), engineEnv+"="+engineMountS3, mountS3PathEnv+"="+script)
+	output := &syncWriter{}
+	cmd.Stdout, cmd.Stderr = output, output
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+
+	source := filepath.Join(dir, "source")
+	if err := os.Mkdir(source, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	dev, err := mount.FUSE(source, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = syscall.Unmount(source, syscall.MNT_DETACH) }()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	err = handshake.Send(ctx, filepath.Join(commDir, mppod.MountSockName), dev, &handshake.Request{
+		Bucket: "missing-bucket", MaxRead: mount.FUSEMaxRead,
+	})
+	_ = dev.Close()
+	var merr *handshake.MounterError
+	if !errors.As(err, &merr) || !strings.Contains(merr.Message, "bucket does not exist") {
+		t.Fatalf("mount request error = %v, want the mounter's error with mount-s3's words", err)
+	}
+	select {
+	case err := <-exited:
+		var exitErr *exec.ExitError
+		if !errors.As(err, &exitErr) || exitErr.ExitCode() != 1 {
+			t.Fatalf("exit = %v, want status 1; output:\n%s", err, output.String())
+		}
+	case <-time.After(15 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatalf("mounter did not exit after mount-s3 failed; output:\n%s", output.String())
+	}
+	msg, err := os.ReadFile(filepath.Join(commDir, mppod.MountErrName))
+	if err != nil || !strings.Contains(string(msg), "bucket does not exist") {
+		t.Fatalf("mount.err = %q, %v", msg, err)
+	}
+}

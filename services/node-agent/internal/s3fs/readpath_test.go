@@ -1,0 +1,227 @@
+package s3fs
+
+import (
+	"bytes"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/s3csi/s3csi/shared/mountargs"
+	"github.com/s3csi/s3csi/shared/testenv"
+)
+
+func TestPageCacheDecisions(t *testing.T) {
+	type step struct {
+		close bool   // a handle of etag is released; otherwise one is opened
+		etag  string // the version the handle reads
+		keep  bool   // for an open: whether the kernel may keep the file's pages
+	}
+	open := func(etag string, keep bool) step { return step{etag: etag, keep: keep} }
+	release := func(etag string) step { return step{close: true, etag: etag} }
+	for _, tc := range []struct {
+		name  string
+		steps []step
+	}{
+		{"the first open of a version drops the pages and the next keeps them", []step{
+			open("a", false), release("a"), open("a", true),
+		}},
+		{"concurrent opens of one version keep the pages", []step{
+			open("a", false), open("a", true), open("a", true),
+		}},
+		{"a replaced object drops the pages once", []step{
+			open("a", false), release("a"), open("b", false), release("b"), open("b", true),
+		}},
+		{"pages stay unknown while a handle of the old version is open", []step{
+			open("a", false), open("b", false), open("b", false), release("a"), open("b", false), open("b", true),
+		}},
+		{"an object without ETag never keeps pages", []step{
+			open("", false), release(""), open("", false),
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var c pageCache
+			for i, s := range tc.steps {
+				if s.close {
+					c.closed(s.etag)
+					continue
+				}
+				if got := c.opened(s.etag); got != s.keep {
+					t.Fatalf("step %d: open of %q kept pages %v, want %v", i, s.etag, got, s.keep)
+				}
+			}
+		})
+	}
+}
+
+// readWhole reads path through a fresh descriptor.
+func readWhole(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("read %s: %v", path, err)
+	}
+	return b
+}
+
+func TestRereadIsServedFromPageCacheUntilTheObjectChanges(t *testing.T) {
+	s := testenv.StartS3(t)
+	const size = 4 << 20
+	v1, v2 := pattern(size, 11), pattern(size, 12)
+	putObject(t, s, "cached.bin", v1)
+	opts := baseOptions(s)
+	opts.MetadataTTL = &mountargs.TTL{Duration: time.Second}
+	dir, m := mountFS(t, s, opts, 30*time.Second)
+	path := filepath.Join(dir, "cached.bin")
+
+	if !bytes.Equal(readWhole(t, path), v1) {
+		t.Fatal("first read differs from the object")
+	}
+	before := m.Stats().ReadRequests
+	if !bytes.Equal(readWhole(t, path), v1) {
+		t.Fatal("second read differs from the object")
+	}
+	if got := m.Stats().ReadRequests; got != before {
+		t.Fatalf("rereading an unchanged object sent %d GETs, want 0 (kernel page cache kept)", got-before)
+	}
+
+	// Replaced by another client, same size: the pages of v1 must not be served again.
+	putObject(t, s, "cached.bin", v2)
+	time.Sleep(1100 * time.Millisecond) // past the metadata TTL
+	if !bytes.Equal(readWhole(t, path), v2) {
+		t.Fatal("read after the object was replaced returned the old content")
+	}
+	if !bytes.Equal(readWhole(t, path), v2) {
+		t.Fatal("second read of the replaced object differs")
+	}
+}
+
+func TestRandomReadsFetchOnlyWhatTheyRead(t *testing.T) {
+	s := testenv.StartS3(t)
+	const size = 64 << 20
+	data := pattern(size, 13)
+	putObject(t, s, "random.bin", data)
+	dir, m := mountFS(t, s, baseOptions(s), 30*time.Second)
+	// O_DIRECT: every read reaches the filesystem as asked, without kernel readahead.
+	f, err := os.OpenFile(filepath.Join(dir, "random.bin"), os.O_RDONLY|syscall.O_DIRECT, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := alignedBuffer(4096)
+	rng := rand.New(rand.NewPCG(5, 6))
+	const reads = 300
+	for range reads {
+		off := int64(rng.IntN(size/4096)) * 4096
+		if _, err := f.ReadAt(buf, off); err != nil {
+			t.Fatalf("read at %d: %v", off, err)
+		}
+		if !bytes.Equal(buf, data[off:off+4096]) {
+			t.Fatalf("read at %d differs", off)
+		}
+	}
+	st := m.Stats()
+	if st.ReadBytes != reads*4096 || st.ReadRequests != reads {
+		t.Fatalf("%d random 4 KiB reads fetched %d bytes in %d GETs, want %d bytes in %d (no prefetch)",
+			reads, st.ReadBytes, st.ReadRequests, reads*4096, reads)
+	}
+}
+
+func TestConcurrentOutOfOrderSequentialReads(t *testing.T) {
+	s := testenv.StartS3(t)
+	const size = 48<<20 + 777
+	data := pattern(size, 14)
+	putObject(t, s, "ooo.bin", data)
+	opts := baseOptions(s)
+	opts.ReadPartSize = ptr[uint64](4 << 20)
+	dir, m := mountFS(t, s, opts, 30*time.Second)
+	f, err := os.OpenFile(filepath.Join(dir, "ooo.bin"), os.O_RDONLY|syscall.O_DIRECT, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	// Four readers take consecutive 1 MiB chunks from a shared cursor, as the kernel's
+	// readahead requests reach the filesystem: in order, but served in any order.
+	const chunk = 1 << 20
+	var (
+		mu     sync.Mutex
+		cursor int64
+		wg     sync.WaitGroup
+	)
+	errs := make(chan error, 4)
+	for range 4 {
+		wg.Go(func() {
+			buf := alignedBuffer(chunk)
+			for {
+				mu.Lock()
+				off := cursor
+				cursor += chunk
+				mu.Unlock()
+				if off >= size {
+					return
+				}
+				n, err := f.ReadAt(buf, off)
+				if err != nil && err != io.EOF {
+					errs <- err
+					return
+				}
+				if !bytes.Equal(buf[:n], data[off:off+int64(n)]) {
+					errs <- io.ErrUnexpectedEOF
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("reader: %v", err)
+	}
+	// Reads served from the window fetch each byte once; the first reads go straight to S3 and
+	// a few overtaken ones may too.
+	if st := m.Stats(); st.ReadBytes > size+16*chunk {
+		t.Fatalf("reading %d bytes fetched %d", size, st.ReadBytes)
+	}
+}
+
+// alignedBuffer returns n bytes aligned for O_DIRECT.
+func alignedBuffer(n int) []byte {
+	b := make([]byte, n+4096)
+	off := (4096 - int(uintptr(unsafe.Pointer(&b[0]))%4096)) % 4096
+	return b[off : off+n]
+}
+
+func TestSequentialReadsReleaseTheirBuffers(t *testing.T) {
+	s := testenv.StartS3(t)
+	const size = 40 << 20
+	data := pattern(size, 15)
+	putObject(t, s, "seq.bin", data)
+	opts := baseOptions(s)
+	opts.ReadPartSize = ptr[uint64](2 << 20)
+	dir, m := mountFS(t, s, opts, 30*time.Second)
+	path := filepath.Join(dir, "seq.bin")
+	for i := range 3 {
+		// Buffered: the kernel's concurrent readahead requests are answered from part buffers.
+		if got := readWhole(t, path); !bytes.Equal(got, data) {
+			t.Fatalf("read %d differs", i)
+		}
+		// A partial read closes the file while parts are still downloading.
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(f, make([]byte, 5<<20)); err != nil {
+			t.Fatal(err)
+		}
+		_ = f.Close()
+	}
+	eventually(t, func() bool { return m.Stats().BufferBytes == 0 })
+	if st := m.Stats(); st.PeakBufferBytes == 0 {
+		t.Fatal("sequential reads never used the read-ahead window")
+	}
+}
