@@ -43,7 +43,7 @@ func benchPublish(b *testing.B, withEvents bool) {
 	mpName := mppod.Name(first, pv)
 	n.createMountpointPod(mpName)
 	s3pa := n.assign(pv, "vol", first, mpName)
-	if _, err := n.client.NodePublishVolume(ctx, publishRequest("vol", n.target(uuidOf(first), pv), "b", uuidOf(first))); err != nil {
+	if _, err := n.client.NodePublishVolume(ctx, publishRequest("vol", n.target(uuidOf(first), pv), "bucket-b", uuidOf(first))); err != nil {
 		b.Fatal(err)
 	}
 	var samples []time.Duration
