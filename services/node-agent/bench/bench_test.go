@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
 
@@ -27,7 +29,7 @@ const (
 
 // BenchmarkClients prints, per client, sequential read and write MB/s, random 4 KiB read IOPS,
 // the time to list 10,000 files and the client's peak RSS so far (VmHWM, growing along the
-// sub-benchmarks); raw parallel GET is the ceiling. Sequential reads also report the CPU the
+// sub-benchmarks); raw parallel GET and multipart PUT are the ceilings. Sequential reads also report the CPU the
 // client (cpu-ms/GiB) and the reading process (app-cpu-ms/GiB) spent per GiB.
 func BenchmarkClients(b *testing.B) {
 	requireTools(b)
@@ -39,6 +41,14 @@ func BenchmarkClients(b *testing.B) {
 		cpu := selfCPU()
 		for range b.N {
 			rawGet(b, s)
+		}
+		reportCPU(b, selfCPU()-cpu, "cpu-ms/GiB")
+	})
+	b.Run("raw-sdk/seq-write", func(b *testing.B) {
+		b.SetBytes(objectSize)
+		cpu := selfCPU()
+		for i := range b.N {
+			rawPut(b, s, fmt.Sprintf("raw-out-%d.bin", i))
 		}
 		reportCPU(b, selfCPU()-cpu, "cpu-ms/GiB")
 	})
@@ -59,9 +69,12 @@ func BenchmarkClients(b *testing.B) {
 			})
 			b.Run("seq-write", func(b *testing.B) {
 				b.SetBytes(objectSize)
+				cpu, app := m.cpuSeconds(), selfCPU()
 				for i := range b.N {
 					writeFile(b, filepath.Join(m.dir, fmt.Sprintf("out-%s-%d.bin", c.name, i)))
 				}
+				reportCPU(b, m.cpuSeconds()-cpu, "cpu-ms/GiB")
+				reportCPU(b, selfCPU()-app, "app-cpu-ms/GiB")
 				b.ReportMetric(m.peakRSS(), "peakRSS-MiB")
 			})
 			b.Run("random-4k", func(b *testing.B) {
@@ -168,6 +181,44 @@ func selfCPU() float64 {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+}
+
+// rawPut uploads objectSize bytes as a multipart upload of 8 MiB parts, 8 at a time: the
+// write ceiling, the way the mounter itself uploads.
+func rawPut(b *testing.B, s *testenv.S3, key string) {
+	c := s.RootClient()
+	const part = 8 << 20
+	data := make([]byte, part)
+	ctx := context.Background()
+	up, err := c.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: aws.String(s.Bucket), Key: aws.String(key)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	done := make([]types.CompletedPart, objectSize/part)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(8)
+	for i := range done {
+		g.Go(func() error {
+			out, err := c.UploadPart(gctx, &s3.UploadPartInput{
+				Bucket: aws.String(s.Bucket), Key: aws.String(key), UploadId: up.UploadId,
+				PartNumber: aws.Int32(int32(i + 1)), Body: bytes.NewReader(data), ContentLength: aws.Int64(part), //nolint:gosec // 32 parts
+			})
+			if err != nil {
+				return err
+			}
+			done[i] = types.CompletedPart{PartNumber: aws.Int32(int32(i + 1)), ETag: out.ETag} //nolint:gosec // 32 parts
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := c.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{
+		Bucket: aws.String(s.Bucket), Key: aws.String(key), UploadId: up.UploadId,
+		MultipartUpload: &types.CompletedMultipartUpload{Parts: done},
+	}); err != nil {
+		b.Fatal(err)
+	}
 }
 
 func rawGet(b *testing.B, s *testenv.S3) {

@@ -5,9 +5,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -255,24 +252,10 @@ func BenchmarkCacheRemoteEndpoint(b *testing.B) {
 }
 
 // delayedEndpoint returns the URL of a reverse proxy to endpoint that holds every request for
-// latency first. The proxy keeps the Host header, so signatures stay valid.
+// latency first.
 func delayedEndpoint(b *testing.B, endpoint string, latency time.Duration) string {
 	b.Helper()
-	target, err := url.Parse(endpoint)
-	if err != nil {
-		b.Fatal(err)
-	}
-	proxy := httputil.NewSingleHostReverseProxy(target)
-	proxy.Transport = &http.Transport{MaxIdleConnsPerHost: 64}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		time.Sleep(latency)
-		proxy.ServeHTTP(w, r)
-	}))
-	b.Cleanup(func() {
-		srv.Close()
-		proxy.Transport.(*http.Transport).CloseIdleConnections() //nolint:forcetypeassert // set above
-	})
-	return srv.URL
+	return proxyEndpoint(b, endpoint, func(*http.Request) { time.Sleep(latency) })
 }
 
 // BenchmarkDiskCacheHit measures the cache's own cost of serving a hit, without FUSE or S3:

@@ -5,6 +5,11 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -33,4 +38,26 @@ func getBytes(ctx context.Context, s *testenv.S3, key string) ([]byte, bool, err
 	defer out.Body.Close()
 	b, err := io.ReadAll(out.Body)
 	return b, true, err
+}
+
+// proxyEndpoint returns the URL of a reverse proxy to endpoint that calls before with every
+// request, then forwards it. The proxy keeps the Host header, so signatures stay valid.
+func proxyEndpoint(tb testing.TB, endpoint string, before func(*http.Request)) string {
+	tb.Helper()
+	target, err := url.Parse(endpoint)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	transport := &http.Transport{MaxIdleConnsPerHost: 64}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	proxy.Transport = transport
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		before(r)
+		proxy.ServeHTTP(w, r)
+	}))
+	tb.Cleanup(func() {
+		srv.Close()
+		transport.CloseIdleConnections()
+	})
+	return srv.URL
 }
