@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -36,6 +37,10 @@ func (s *Server) checkRepublish(ctx context.Context, p *publishRequest, target m
 			"target %s is already published %s and the request is %s; a published target keeps its access: "+
 				"unpublish it first (restart the workload pod)", p.Target, access(published), access(p.ReadOnly))
 	}
+	verdict := compatible{mountpointPod: mp, volumeID: p.VolumeID, options: strings.Join(optionSet(strings.Join(p.MountFlags, ",")), ",")}
+	if s.compatible.seen(p.Target, verdict) {
+		return nil
+	}
 	rctx, cancel := context.WithTimeout(ctx, attachmentReadTimeout)
 	defer cancel()
 	a, err := s.attach.Find(rctx, attach.Key{PodUID: p.PodUID, PVName: p.PVName}, "")
@@ -62,7 +67,50 @@ func (s *Server) checkRepublish(ctx context.Context, p *publishRequest, target m
 				"mount options are fixed for a mount: restart the workload pod to mount with the new ones",
 			p.Target, s.cfg.MountpointNamespace, mp, spec.MountOptions, flags)
 	}
+	s.compatible.remember(p.Target, verdict)
 	return nil
+}
+
+// compatible is a republish request found compatible with the attachment of the Mountpoint Pod
+// that serves its target.
+type compatible struct {
+	mountpointPod, volumeID, options string
+}
+
+// compatibleTargets remembers, per published target, the last republish found compatible.
+//
+// Problem: kubelet republishes every published volume periodically, and reading the
+// attachment each time costs one API request per workload volume and period.
+// Solution: an attachment's key fields (volume id, mount options) are immutable, so a request
+// equal to one already found compatible with the same Mountpoint Pod's attachment is compatible
+// again; only a request that differs, or a target now served by another Mountpoint Pod, reads the
+// attachment. Unpublish forgets the target.
+// Invariant: a remembered verdict was checked against the API server for that Mountpoint Pod.
+type compatibleTargets struct {
+	mu      sync.Mutex
+	targets map[string]compatible
+}
+
+func (c *compatibleTargets) seen(target string, v compatible) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	got, ok := c.targets[target]
+	return ok && got == v
+}
+
+func (c *compatibleTargets) remember(target string, v compatible) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.targets == nil {
+		c.targets = map[string]compatible{}
+	}
+	c.targets[target] = v
+}
+
+func (c *compatibleTargets) forget(target string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.targets, target)
 }
 
 // optionSet is the sorted set of the ","-separated options in joined.

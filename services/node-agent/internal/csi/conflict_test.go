@@ -181,3 +181,48 @@ func mountOf(t *testing.T, path string) string {
 	}
 	return fmt.Sprintf("mount %d of %d:%d", e.ID, e.Major, e.Minor)
 }
+
+// TestPeriodicRepublishReadsTheAttachmentOnce republishes a target as kubelet does every period:
+// the first republish checks the request against the attachment, the later identical ones do
+// not read the API server again; a different request is checked again, and after an unpublish
+// and a new publish the next republish reads the attachment once more.
+func TestPeriodicRepublishReadsTheAttachmentOnce(t *testing.T) {
+	n := startNode(t, nodeOptions{fallback: 200 * time.Millisecond})
+	p := publishOnce(t, n, "pv-periodic", false, "allow-delete")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	republish := func(mutate func(*csipb.NodePublishVolumeRequest)) error {
+		r := p.request()
+		mutate(r)
+		_, err := n.client.NodePublishVolume(ctx, r)
+		return err
+	}
+	same := func(*csipb.NodePublishVolumeRequest) {}
+	start := n.finds.Load()
+	for range 5 {
+		if err := republish(same); err != nil {
+			t.Fatalf("republish: %v", err)
+		}
+	}
+	if got := n.finds.Load() - start; got != 1 {
+		t.Fatalf("5 identical republishes read the attachment %d times, want 1", got)
+	}
+	if err := republish(func(r *csipb.NodePublishVolumeRequest) { r.VolumeId = "vol-other" }); status.Code(err) != codes.AlreadyExists {
+		t.Fatalf("republish with another volume id: %v, want AlreadyExists", err)
+	}
+	if got := n.finds.Load() - start; got != 2 {
+		t.Fatalf("a different request read the attachment %d times in all, want 2", got)
+	}
+	if _, err := n.client.NodeUnpublishVolume(ctx, &csipb.NodeUnpublishVolumeRequest{VolumeId: "vol-pv-periodic", TargetPath: p.target}); err != nil {
+		t.Fatal(err)
+	}
+	if err := republish(same); err != nil { // a publish again: the target is not mounted
+		t.Fatalf("publish after unpublish: %v", err)
+	}
+	if err := republish(same); err != nil {
+		t.Fatalf("republish: %v", err)
+	}
+	if got := n.finds.Load() - start; got != 3 {
+		t.Fatalf("the first republish after a new publish read the attachment %d times in all, want 3", got)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -120,6 +121,19 @@ type node struct {
 	logs     *logBuffer
 	// realEngine makes Mountpoint Pods serve with the real s3fs engine.
 	realEngine bool
+	// finds counts the node service's one-off attachment reads (republish checks).
+	finds atomic.Int64
+}
+
+// countingWaiter counts the node service's one-off attachment reads.
+type countingWaiter struct {
+	*attach.Waiter
+	finds *atomic.Int64
+}
+
+func (w *countingWaiter) Find(ctx context.Context, key attach.Key, volumeID string) (*attach.Assignment, error) {
+	w.finds.Add(1)
+	return w.Waiter.Find(ctx, key, volumeID)
 }
 
 type nodeOptions struct {
@@ -167,7 +181,7 @@ func startNode(t testing.TB, o nodeOptions) *node {
 		NodeName: n.name, DriverVersion: "test", KubeletDir: n.kubelet.Root,
 		MountpointNamespace: mppod.DefaultNamespace, DriverCredentials: o.driverCreds, Region: "us-east-1",
 		EndpointURL: endpoint, PathStyle: true, LegacyTokenFile: o.legacyTokenFile,
-	}, n.waiter, pods, &keymutex.Mutex{}, nil, nil)
+	}, &countingWaiter{Waiter: n.waiter, finds: &n.finds}, pods, &keymutex.Mutex{}, nil, nil)
 	n.server.SetReady(true)
 	g := csi.NewGRPCServer("unix://"+filepath.Join(t.TempDir(), "csi.sock"), n.server, log, nil)
 	wg.Add(1)

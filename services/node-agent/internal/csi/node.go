@@ -81,8 +81,10 @@ type Server struct {
 	events   EventSink
 	metrics  *metrics.Metrics
 	inflight *inflight
-	mpLocks  *keymutex.Mutex
-	ready    atomic.Bool
+	// compatible spares kubelet's periodic republish an API read (checkRepublish).
+	compatible compatibleTargets
+	mpLocks    *keymutex.Mutex
+	ready      atomic.Bool
 }
 
 // NewServer returns a Server; mpLocks is shared with the source cleanup so that a cleanup and

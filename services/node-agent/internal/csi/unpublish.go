@@ -36,6 +36,7 @@ func (s *Server) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 	}
 	defer release()
 	log := logr.FromContextOrDiscard(ctx).WithValues("volume", req.GetVolumeId(), "pod", podUID)
+	s.compatible.forget(target)
 	if err := mount.Unmount(target); err != nil {
 		return nil, status.Errorf(codes.Internal, "%v; the target may be in use", err)
 	}
