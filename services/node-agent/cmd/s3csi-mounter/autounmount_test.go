@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"os"
 	"os/exec"
@@ -43,12 +42,12 @@ func TestAutoUnmountAfterTheMounterIsKilled(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = unix.Unmount(dir, unix.MNT_DETACH) })
-			waitFor(t, "the mount", func() bool { return fsType(dir) == unix.FUSE_SUPER_MAGIC })
+			testenv.Eventually(t, 15*time.Second, "the mount", func() bool { return fsType(dir) == unix.FUSE_SUPER_MAGIC })
 
 			_ = cmd.Process.Kill()
 			_ = cmd.Wait()
 			if tt.autoUnmount {
-				waitFor(t, "the auto-unmount", func() bool { return fsType(dir) != unix.FUSE_SUPER_MAGIC && fsType(dir) != 0 })
+				testenv.Eventually(t, 15*time.Second, "the auto-unmount", func() bool { return fsType(dir) != unix.FUSE_SUPER_MAGIC && fsType(dir) != 0 })
 				return
 			}
 			time.Sleep(time.Second) // what a watcher would have needed
@@ -67,17 +66,4 @@ func fsType(dir string) int64 {
 		return 0
 	}
 	return st.Type
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
-	defer cancel()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("timed out waiting for %s", what)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
 }

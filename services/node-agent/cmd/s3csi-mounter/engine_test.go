@@ -50,55 +50,24 @@ func TestCommDirModeRunsMountS3OnThePassedDescriptor(t *testing.T) {
 	if err := os.WriteFile(script, []byte(scriptText), 0o755); err != nil { //nolint:gosec // a test script
 		t.Fatal(err)
 	}
-	commDir := filepath.Join(dir, "comm")
-	if err := os.Mkdir(commDir, 0o750); err != nil {
-		t.Fatal(err)
-	}
-	files, err := credentials.Write(commDir, credentials.Static{AccessKeyID: s.AccessKey, SecretAccessKey: s.SecretKey}, s.Region)
+	pod := startPodMounter(t, bin, script)
+	files, err := credentials.Write(pod.commDir, credentials.Static{AccessKeyID: s.AccessKey, SecretAccessKey: s.SecretKey}, s.Region)
 	if err != nil {
 		t.Fatal(err)
 	}
-
-	cmd := exec.Command(bin, commDirFlag+commDir)
-	cmd.Env = append(os.Environ(), engineEnv+"="+engineMountS3, mountS3PathEnv+"="+script)
-	output := &syncWriter{}
-	cmd.Stdout, cmd.Stderr = output, output
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var exitErr error
-	exited := make(chan struct{})
-	go func() {
-		exitErr = cmd.Wait()
-		close(exited)
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-	})
-
 	source := filepath.Join(dir, "source")
-	if err := os.Mkdir(source, 0o750); err != nil {
-		t.Fatal(err)
-	}
-	dev, err := mount.FUSE(source, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = syscall.Unmount(source, syscall.MNT_DETACH) })
-	err = handshake.Send(ctx, filepath.Join(commDir, mppod.MountSockName), dev, &handshake.Request{
+	err = pod.mount(ctx, t, source, &handshake.Request{
 		Bucket: s.Bucket, Args: []string{"--force-path-style", "--allow-root", "--read-only"},
 		Env:        []string{"AWS_PROFILE=" + credentials.Profile, "AWS_REGION=" + s.Region, "AWS_ENDPOINT_URL=" + s.Endpoint},
 		ConfigFile: files.ConfigFile, CredentialsFile: files.CredentialsFile, MaxRead: mount.FUSEMaxRead,
 	})
-	_ = dev.Close()
 	if err != nil {
-		t.Fatalf("mount request: %v; mounter output:\n%s", err, output.String())
+		t.Fatalf("mount request: %v; mounter output:\n%s", err, pod.output.String())
 	}
 
 	got, err := os.ReadFile(filepath.Join(source, "hello.txt"))
 	if err != nil || string(got) != "served by mount-s3" {
-		t.Fatalf("read through mount-s3 = %q, %v; output:\n%s", got, err, output.String())
+		t.Fatalf("read through mount-s3 = %q, %v; output:\n%s", got, err, pod.output.String())
 	}
 	args, err := os.ReadFile(record)
 	if err != nil {
@@ -110,19 +79,14 @@ func TestCommDirModeRunsMountS3OnThePassedDescriptor(t *testing.T) {
 		}
 	}
 
-	if err := os.WriteFile(filepath.Join(commDir, mppod.MountExitName), nil, 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(pod.commDir, mppod.MountExitName), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := syscall.Unmount(source, 0); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-exited:
-		if exitErr != nil {
-			t.Fatalf("Mountpoint Pod exit = %v, want 0 after the exit request; output:\n%s", exitErr, output.String())
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatalf("mounter still running 15s after unmount; output:\n%s", output.String())
+	if code := pod.exitCode(t); code != 0 {
+		t.Fatalf("Mountpoint Pod exit status %d, want 0 after the exit request; output:\n%s", code, pod.output.String())
 	}
 }
 
@@ -138,21 +102,59 @@ func TestMountS3EngineReportsAnEarlyExit(t *testing.T) {
 	if err := os.WriteFile(script, []byte("#!/bin/sh\necho 'Error: Failed to create S3 client: bucket does not exist' >&2\nexit 1\n"), 0o755); err != nil { //nolint:gosec // a test script
 		t.Fatal(err)
 	}
-	commDir := filepath.Join(dir, "comm")
-	if err := os.Mkdir(commDir, 0o750); err != nil {
+	pod := startPodMounter(t, bin, script)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	err := pod.mount(ctx, t, filepath.Join(dir, "source"), &handshake.Request{Bucket: "missing-bucket", MaxRead: mount.FUSEMaxRead})
+	var merr *handshake.MounterError
+	if !errors.As(err, &merr) || !strings.Contains(merr.Message, "bucket does not exist") {
+		t.Fatalf("mount request error = %v, want the mounter's error with mount-s3's words", err)
+	}
+	if code := pod.exitCode(t); code != 1 {
+		t.Fatalf("exit status %d, want 1; output:\n%s", code, pod.output.String())
+	}
+	msg, err := os.ReadFile(filepath.Join(pod.commDir, mppod.MountErrName))
+	if err != nil || !strings.Contains(string(msg), "bucket does not exist") {
+		t.Fatalf("mount.err = %q, %v", msg, err)
+	}
+}
+
+// podMounter is the mounter of a Mountpoint Pod: `s3csi-mounter --comm-dir` with the mount-s3
+// engine, whose binary is script.
+type podMounter struct {
+	commDir string
+	output  *syncWriter
+	exited  chan struct{}
+	err     error // the exit status, once exited is closed
+}
+
+func startPodMounter(t *testing.T, bin, script string) *podMounter {
+	t.Helper()
+	p := &podMounter{commDir: filepath.Join(t.TempDir(), "comm"), output: &syncWriter{}, exited: make(chan struct{})}
+	if err := os.Mkdir(p.commDir, 0o750); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, commDirFlag+commDir)
+	cmd := exec.Command(bin, commDirFlag+p.commDir)
 	cmd.Env = append(os.Environ(), engineEnv+"="+engineMountS3, mountS3PathEnv+"="+script)
-	output := &syncWriter{}
-	cmd.Stdout, cmd.Stderr = output, output
+	cmd.Stdout, cmd.Stderr = p.output, p.output
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	go func() {
+		p.err = cmd.Wait()
+		close(p.exited)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-p.exited
+	})
+	return p
+}
 
-	source := filepath.Join(dir, "source")
+// mount plays the node-agent: it mounts /dev/fuse on a new dir source and sends req with the
+// descriptor over the pod's socket. The mount is removed when the test ends.
+func (p *podMounter) mount(ctx context.Context, t *testing.T, source string, req *handshake.Request) error {
+	t.Helper()
 	if err := os.Mkdir(source, 0o750); err != nil {
 		t.Fatal(err)
 	}
@@ -160,29 +162,25 @@ func TestMountS3EngineReportsAnEarlyExit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = syscall.Unmount(source, syscall.MNT_DETACH) }()
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	err = handshake.Send(ctx, filepath.Join(commDir, mppod.MountSockName), dev, &handshake.Request{
-		Bucket: "missing-bucket", MaxRead: mount.FUSEMaxRead,
-	})
-	_ = dev.Close()
-	var merr *handshake.MounterError
-	if !errors.As(err, &merr) || !strings.Contains(merr.Message, "bucket does not exist") {
-		t.Fatalf("mount request error = %v, want the mounter's error with mount-s3's words", err)
-	}
+	t.Cleanup(func() { _ = syscall.Unmount(source, syscall.MNT_DETACH) })
+	defer func() { _ = dev.Close() }()
+	return handshake.Send(ctx, filepath.Join(p.commDir, mppod.MountSockName), dev, req)
+}
+
+// exitCode waits up to 15 s for the mounter to exit and returns its exit status.
+func (p *podMounter) exitCode(t *testing.T) int {
+	t.Helper()
 	select {
-	case err := <-exited:
-		var exitErr *exec.ExitError
-		if !errors.As(err, &exitErr) || exitErr.ExitCode() != 1 {
-			t.Fatalf("exit = %v, want status 1; output:\n%s", err, output.String())
-		}
+	case <-p.exited:
 	case <-time.After(15 * time.Second):
-		_ = cmd.Process.Kill()
-		t.Fatalf("mounter did not exit after mount-s3 failed; output:\n%s", output.String())
+		t.Fatalf("mounter still running after 15s; output:\n%s", p.output.String())
 	}
-	msg, err := os.ReadFile(filepath.Join(commDir, mppod.MountErrName))
-	if err != nil || !strings.Contains(string(msg), "bucket does not exist") {
-		t.Fatalf("mount.err = %q, %v", msg, err)
+	var exitErr *exec.ExitError
+	if errors.As(p.err, &exitErr) {
+		return exitErr.ExitCode()
 	}
+	if p.err != nil {
+		t.Fatalf("mounter: %v", p.err)
+	}
+	return 0
 }

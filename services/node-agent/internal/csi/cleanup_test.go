@@ -16,6 +16,7 @@ import (
 
 	"github.com/s3csi/s3csi/shared/keymutex"
 	"github.com/s3csi/s3csi/shared/mppod"
+	"github.com/s3csi/s3csi/shared/testenv"
 
 	"github.com/s3csi/s3csi/services/node-agent/internal/cleanup"
 	"github.com/s3csi/s3csi/services/node-agent/internal/fusetest"
@@ -44,7 +45,7 @@ func TestNeedsUnmountCleansTheSourceOnlyOnceNoWorkloadBindsIt(t *testing.T) {
 	if err := apiServer.Client.Update(ctx, mp.pod); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool {
+	testenv.Eventually(t, 15*time.Second, "the needs-unmount annotation in the pod cache", func() bool {
 		p, _ := n.pods.Get(ctx, mpName)
 		return p != nil && p.Annotations[mppod.AnnotationNeedsUnmount] != ""
 	})
@@ -70,7 +71,7 @@ func TestNeedsUnmountCleansTheSourceOnlyOnceNoWorkloadBindsIt(t *testing.T) {
 		<-done
 	}()
 	cleaner.Trigger(mpName)
-	waitFor(t, func() bool {
+	testenv.Eventually(t, 15*time.Second, "the source dir removed", func() bool {
 		_, err := os.Stat(source)
 		return errors.Is(err, os.ErrNotExist)
 	})
@@ -103,7 +104,7 @@ func TestSourcesOfGoneMountpointPodsAreCleaned(t *testing.T) {
 	if err := apiServer.Client.Delete(ctx, mp.pod, client.GracePeriodSeconds(0)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { p, _ := n.pods.Get(ctx, mpName); return p == nil })
+	testenv.Eventually(t, 15*time.Second, "the pod gone from the cache", func() bool { p, _ := n.pods.Get(ctx, mpName); return p == nil })
 	cleanup.New(n.kubelet.Root, n.pods, &keymutex.Mutex{}, time.Hour, nil).Sweep(ctx)
 	table, err := mount.ReadTable()
 	if err != nil {
@@ -114,16 +115,5 @@ func TestSourcesOfGoneMountpointPodsAreCleaned(t *testing.T) {
 	}
 	if _, err := os.Stat(n.kubelet.SourceDir(mpName)); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("source dir of a gone pod remains: %v", err)
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 15s")
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -37,7 +37,8 @@ func (s *Server) checkRepublish(ctx context.Context, p *publishRequest, target m
 			"target %s is already published %s and the request is %s; a published target keeps its access: "+
 				"unpublish it first (restart the workload pod)", p.Target, access(published), access(p.ReadOnly))
 	}
-	verdict := compatible{mountpointPod: mp, volumeID: p.VolumeID, options: strings.Join(optionSet(strings.Join(p.MountFlags, ",")), ",")}
+	flags := strings.Join(p.MountFlags, ",")
+	verdict := compatible{mountpointPod: mp, volumeID: p.VolumeID, options: optionSet(flags)}
 	if s.compatible.seen(p.Target, verdict) {
 		return nil
 	}
@@ -61,7 +62,7 @@ func (s *Server) checkRepublish(ctx context.Context, p *publishRequest, target m
 	if a.MountpointPod != mp {
 		return nil // the attachment's key describes another Mountpoint Pod than the one serving the target
 	}
-	if flags := strings.Join(p.MountFlags, ","); !slices.Equal(optionSet(flags), optionSet(spec.MountOptions)) {
+	if verdict.options != optionSet(spec.MountOptions) {
 		return status.Errorf(codes.AlreadyExists,
 			"target %s is served by Mountpoint Pod %s/%s with mount options %q, and the request has %q; "+
 				"mount options are fixed for a mount: restart the workload pod to mount with the new ones",
@@ -113,14 +114,14 @@ func (c *compatibleTargets) forget(target string) {
 	delete(c.targets, target)
 }
 
-// optionSet is the sorted set of the ","-separated options in joined.
+// optionSet is the sorted set of the ","-separated options in joined, joined by ",".
 //
 // Problem: the attachment keeps the PV's mount options in their stored order, while kubelet
 // sends them deduplicated and sorted (JoinMountOptions), so the two strings differ for the
 // same options.
 // Solution: options are compared as sets, each side split on "," the same way.
 // Invariant: a republish with the PV's options in any order or repetition is compatible.
-func optionSet(joined string) []string {
+func optionSet(joined string) string {
 	var set []string
 	for o := range strings.SplitSeq(joined, ",") {
 		if o != "" {
@@ -128,7 +129,7 @@ func optionSet(joined string) []string {
 		}
 	}
 	slices.Sort(set)
-	return slices.Compact(set)
+	return strings.Join(slices.Compact(set), ",")
 }
 
 func access(readOnly bool) string {

@@ -192,7 +192,7 @@ func TestCredentialRotationWithoutRemount(t *testing.T) {
 	wantErrno(t, "read with a revoked key", err, syscall.EACCES)
 	writeProfile(s.AccessKey)
 	var got []byte
-	eventually(t, func() bool {
+	testenv.Eventually(t, 10*time.Second, "a read with the rotated credentials", func() bool {
 		got, err = os.ReadFile(filepath.Join(dir, "secret.txt"))
 		return err == nil
 	})

@@ -220,7 +220,7 @@ func TestSequentialReadsReleaseTheirBuffers(t *testing.T) {
 		}
 		_ = f.Close()
 	}
-	eventually(t, func() bool { return m.Stats().BufferBytes == 0 })
+	testenv.Eventually(t, 10*time.Second, "every buffer back in the budget", func() bool { return m.Stats().BufferBytes == 0 })
 	if st := m.Stats(); st.PeakBufferBytes == 0 {
 		t.Fatal("sequential reads never used the read-ahead window")
 	}

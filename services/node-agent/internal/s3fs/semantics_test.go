@@ -107,7 +107,7 @@ func TestSemantics(t *testing.T) {
 				t.Fatal(err)
 			}
 			// An empty file is completed on release, which the kernel sends after close returns.
-			eventually(t, func() bool {
+			testenv.Eventually(t, 10*time.Second, "the empty object in the bucket", func() bool {
 				_, ok, err := getBytes(context.Background(), s, "empty")
 				return ok && err == nil
 			})
@@ -240,17 +240,6 @@ func readNames(t *testing.T, dir string) []string {
 	}
 	slices.Sort(names)
 	return names
-}
-
-// eventually polls cond for up to 10 seconds.
-func eventually(t *testing.T, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if cond() {
-			return
-		}
-	}
-	t.Fatal("condition not met within 10s")
 }
 
 func TestMetadataTTL(t *testing.T) {
