@@ -82,8 +82,8 @@ bench-deps: # The FUSE clients s3csi-mounter is compared with (Debian's s3fs and
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq s3fs rclone; }
 
 .PHONY: envtest-bins
-envtest-bins: ## Build kube-apiserver and etcd from source into ~/.cache/s3csi (once, ~10 min).
-	@hack/envtest-bins.sh
+envtest-bins: ## Build kube-apiserver and etcd from source into ~/.cache/s3csi (once, ~5-10 min).
+	@hack/kube-bins.sh kube-apiserver etcd
 
 $(CONTROLLER_GEN) $(PROTOC_GEN_GO): hack/tools/go.mod hack/tools/go.sum
 	cd hack/tools && GOWORK=off $(GO) build -o $(BIN)/ sigs.k8s.io/controller-tools/cmd/controller-gen google.golang.org/protobuf/cmd/protoc-gen-go

@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 )
 
-// Versions of the envtest binaries; hack/envtest-bins.sh builds the same ones by default.
+// Versions of the Kubernetes binaries and etcd; hack/kube-bins.sh builds the same ones by default.
 const (
 	KubernetesVersion = "v1.34.4"
 	EtcdVersion       = "v3.6.5"
@@ -33,7 +33,7 @@ func RepoRoot() (string, error) {
 }
 
 // CacheDir is where built binaries are kept across runs: $S3CSI_CACHE_DIR, else
-// $XDG_CACHE_HOME/s3csi, else ~/.cache/s3csi (as hack/envtest-bins.sh uses).
+// $XDG_CACHE_HOME/s3csi, else ~/.cache/s3csi (as hack/kube-bins.sh uses).
 func CacheDir() (string, error) {
 	if dir := os.Getenv("S3CSI_CACHE_DIR"); dir != "" {
 		return dir, nil
@@ -49,7 +49,8 @@ func CacheDir() (string, error) {
 }
 
 // EnvtestAssetsDir is the directory holding kube-apiserver and etcd: $KUBEBUILDER_ASSETS when
-// set, else the cache directory that `make envtest-bins` fills.
+// set, else the cache directory that `make envtest-bins` fills (hack/kube-bins.sh, which also
+// builds the cluster's binaries there: each Kubernetes binary is built once).
 func EnvtestAssetsDir() (string, error) {
 	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
 		return dir, nil
@@ -58,7 +59,7 @@ func EnvtestAssetsDir() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return filepath.Join(cache, "envtest", "k8s-"+KubernetesVersion+"-etcd-"+EtcdVersion), nil
+	return filepath.Join(cache, "kube", "k8s-"+KubernetesVersion+"-etcd-"+EtcdVersion), nil
 }
 
 // toolPath finds a pinned tool: $envVar when set, else bin/<name> in the repository.

@@ -80,7 +80,7 @@ func TestEnvtestVersionsMatchTheBuildScript(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	script, err := os.ReadFile(filepath.Join(root, "hack", "envtest-bins.sh"))
+	script, err := os.ReadFile(filepath.Join(root, "hack", "kube-bins.sh"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func TestEnvtestVersionsMatchTheBuildScript(t *testing.T) {
 		"ETCD_VERSION=${ETCD_VERSION:-" + testenv.EtcdVersion + "}",
 	} {
 		if !strings.Contains(string(script), want) {
-			t.Errorf("hack/envtest-bins.sh does not contain %q: the test binaries and the script disagree", want)
+			t.Errorf("hack/kube-bins.sh does not contain %q: the test binaries and the script disagree", want)
 		}
 	}
 }
