@@ -47,6 +47,40 @@ bench: tools-test envtest-bins bench-deps ## Run every module's benchmarks again
 run: tools-test envtest-bins ## Bring up the local stack (API server, NATS, S3) and print how to reach it.
 	$(GO) run ./integration/cmd/s3csi-devstack
 
+##@ Cluster (a real single-node Kubernetes on this machine; root)
+
+CLUSTER     := $(BIN)/s3csi-cluster
+
+.PHONY: demo
+demo: cluster-up ## Start the cluster, install the chart and show a bucket mounted into two pods.
+	hack/demo.sh
+
+.PHONY: e2e
+e2e: cluster-up ## Run the end-to-end suite on the cluster (started if needed).
+	cd integration && GOWORK=off $(GO) test -count=1 -timeout=30m -tags=e2e ./e2e/...
+
+.PHONY: cluster-up
+cluster-up: cluster-deps cluster-bins tools-test images $(CLUSTER) ## Start the cluster (or reuse the running one) and load the images.
+	$(CLUSTER) up
+	$(CLUSTER) load-images
+
+.PHONY: cluster-down
+cluster-down: $(CLUSTER) ## Stop the cluster and restore the host.
+	$(CLUSTER) down
+
+.PHONY: cluster-bins
+cluster-bins: ## Build the cluster's Kubernetes binaries from source into ~/.cache/s3csi (once).
+	@hack/kube-bins.sh >/dev/null
+
+.PHONY: cluster-deps
+cluster-deps: ## Install the host packages the cluster runs (containerd, runc, CNI plugins, iptables).
+	@command -v containerd >/dev/null && command -v runc >/dev/null && command -v iptables >/dev/null \
+	  && command -v conntrack >/dev/null && [ -x /usr/lib/cni/bridge ] || { apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq containerd runc containernetworking-plugins iptables conntrack; }
+
+$(CLUSTER): $(shell find integration/cluster integration/cmd/s3csi-cluster -name '*.go' 2>/dev/null) integration/go.mod
+	cd integration && GOWORK=off $(GO) build -o $(BIN)/ ./cmd/s3csi-cluster
+
 .PHONY: lint
 lint: $(GOLANGCI_LINT) ## Run golangci-lint in every module.
 	@for m in $(MODULES); do echo "== lint $$m"; (cd $$m && GOWORK=off $(GOLANGCI_LINT) run ./...); done

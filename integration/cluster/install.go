@@ -1,0 +1,94 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+)
+
+// Release names where the chart is installed on the cluster.
+const (
+	ReleaseName      = "s3csi"
+	ReleaseNamespace = "s3csi"
+	// CredentialSecret holds the driver's S3 credentials (the chart's s3CredentialSecret.name).
+	CredentialSecret = "s3-secret"
+)
+
+// Helm is the pinned helm binary (make tools).
+func (c Config) Helm() string { return filepath.Join(c.RepoRoot, "bin", "helm") }
+
+// InstallChart installs charts/s3csi (or upgrades the release) with the cluster's S3 server and
+// the driver credentials in a Secret, and waits until every workload of the release is ready.
+// extra are more `helm upgrade` arguments (e.g. --set image.tag=...).
+func (c Config) InstallChart(ctx context.Context, logf func(string, ...any), extra ...string) error {
+	if _, err := os.Stat(c.Helm()); err != nil {
+		return fmt.Errorf("helm is not built: run `make tools` (%w)", err)
+	}
+	t := time.Now()
+	secret := fmt.Sprintf(`apiVersion: v1
+kind: Namespace
+metadata: {name: %[1]s}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: %[2]s, namespace: %[1]s}
+stringData: {access_key_id: %[3]q, secret_access_key: %[4]q}
+`, ReleaseNamespace, CredentialSecret, c.S3AccessKey, c.S3SecretKey)
+	var out strings.Builder
+	apply := exec.CommandContext(ctx, c.bin("kubectl"), "--kubeconfig", c.Kubeconfig(), "apply", "-f", "-")
+	apply.Stdin, apply.Stdout, apply.Stderr = strings.NewReader(secret), &out, &out
+	if err := apply.Run(); err != nil {
+		return fmt.Errorf("create the credentials Secret: %w: %s", err, out.String())
+	}
+	args := append([]string{
+		"upgrade", "--install", ReleaseName, filepath.Join(c.RepoRoot, "charts", "s3csi"),
+		"--kubeconfig", c.Kubeconfig(), "--namespace", ReleaseNamespace,
+		"--set", "s3.endpointUrl=" + c.S3Endpoint(),
+		"--set", "s3CredentialSecret.name=" + CredentialSecret,
+		"--wait", "--timeout", "5m",
+	}, extra...)
+	cmd := exec.CommandContext(ctx, c.Helm(), args...)
+	out.Reset()
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("helm %s: %w:\n%s", strings.Join(args[:3], " "), err, out.String())
+	}
+	logf("chart installed (release %s in namespace %s) in %v", ReleaseName, ReleaseNamespace, time.Since(t).Round(100*time.Millisecond))
+	return nil
+}
+
+// S3Client is a client of the cluster's S3 server with its root credentials.
+func (c Config) S3Client() *s3.Client {
+	return s3.New(s3.Options{
+		BaseEndpoint: aws.String(c.S3Endpoint()),
+		Region:       "us-east-1",
+		UsePathStyle: true,
+		Credentials:  credentials.NewStaticCredentialsProvider(c.S3AccessKey, c.S3SecretKey, ""),
+	})
+}
+
+// MakeBucket creates a bucket on the cluster's S3 server unless it exists, and writes the object
+// key with text in it when key is not empty.
+func (c Config) MakeBucket(ctx context.Context, name, key, text string) error {
+	s3c := c.S3Client()
+	if _, err := s3c.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: aws.String(name)}); err != nil {
+		if _, err := s3c.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(name)}); err != nil {
+			return fmt.Errorf("create bucket %s: %w", name, err)
+		}
+	}
+	if key == "" {
+		return nil
+	}
+	if _, err := s3c.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(name), Key: aws.String(key), Body: strings.NewReader(text)}); err != nil {
+		return fmt.Errorf("put object %s/%s: %w", name, key, err)
+	}
+	return nil
+}

@@ -1,0 +1,72 @@
+// Command s3csi-cluster starts and stops the single-node Kubernetes cluster the demo and the e2e
+// suite run on (package integration/cluster).
+//
+//	s3csi-cluster up           start it, or reuse the running one; loads bin/images/*.tar
+//	s3csi-cluster load-images  import changed image tarballs into the running cluster
+//	s3csi-cluster status       exit 0 when it runs and its API server is ready
+//	s3csi-cluster down         stop it and restore the host
+//	s3csi-cluster install      install charts/s3csi (or upgrade it) against the cluster's S3
+//	s3csi-cluster make-bucket B [KEY TEXT]  create bucket B on the cluster's S3 server, with an object
+//	s3csi-cluster env          print the shell variables to use it (KUBECONFIG, PATH, S3)
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/s3csi/s3csi/integration/cluster"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:])
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "s3csi-cluster:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		return errors.New("usage: s3csi-cluster up|down|status|load-images|install|make-bucket NAME|env")
+	}
+	cfg, err := cluster.FromEnvironment()
+	if err != nil {
+		return err
+	}
+	logf := func(format string, a ...any) { fmt.Fprintf(os.Stderr, format+"\n", a...) }
+	switch args[0] {
+	case "up":
+		return cfg.Up(ctx, logf)
+	case "down":
+		return cfg.Down(logf)
+	case "load-images":
+		return cfg.LoadImages(logf)
+	case "status":
+		if err := cfg.Healthy(ctx); err != nil {
+			return fmt.Errorf("not running: %w", err)
+		}
+		fmt.Println("running")
+		return nil
+	case "install":
+		return cfg.InstallChart(ctx, logf, args[1:]...)
+	case "make-bucket":
+		switch len(args) {
+		case 2:
+			return cfg.MakeBucket(ctx, args[1], "", "")
+		case 4:
+			return cfg.MakeBucket(ctx, args[1], args[2], args[3])
+		}
+		return errors.New("usage: s3csi-cluster make-bucket NAME [KEY TEXT]")
+	case "env":
+		fmt.Printf("export KUBECONFIG=%s\nexport PATH=%s:$PATH\nexport S3CSI_S3_ENDPOINT=%s\nexport S3CSI_S3_DATA_DIR=%s\n",
+			cfg.Kubeconfig(), cfg.KubeBinDir, cfg.S3Endpoint(), cfg.S3DataDir())
+		return nil
+	}
+	return fmt.Errorf("unknown command %q: want up, down, status, load-images, install, make-bucket or env", args[0])
+}
