@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -57,15 +58,21 @@ func containers(t *testing.T, o *unstructured.Unstructured) []map[string]any {
 	}
 	var out []map[string]any
 	for _, c := range list {
-		out = append(out, c.(map[string]any))
+		m, ok := c.(map[string]any)
+		if !ok {
+			t.Fatalf("%s %s has a container that is not an object: %v", o.GetKind(), o.GetName(), c)
+		}
+		out = append(out, m)
 	}
 	return out
 }
 
+// args returns a container's args; a non-string entry shows as its Go value.
 func args(c map[string]any) []string {
-	var out []string
-	for _, a := range c["args"].([]any) {
-		out = append(out, a.(string))
+	list, _ := c["args"].([]any)
+	out := make([]string, 0, len(list))
+	for _, a := range list {
+		out = append(out, fmt.Sprint(a))
 	}
 	return out
 }
@@ -73,8 +80,7 @@ func args(c map[string]any) []string {
 func envValue(c map[string]any, name string) (string, bool) {
 	env, _ := c["env"].([]any)
 	for _, e := range env {
-		m := e.(map[string]any)
-		if m["name"] == name {
+		if m, ok := e.(map[string]any); ok && m["name"] == name {
 			v, ok := m["value"].(string)
 			return v, ok
 		}
@@ -128,7 +134,8 @@ func TestRenderedObjectsAreConsistent(t *testing.T) {
 					}
 					subjects, _, _ := unstructured.NestedSlice(o.Object, "subjects")
 					for _, s := range subjects {
-						name := s.(map[string]any)["name"].(string)
+						m, _ := s.(map[string]any)
+						name, _ := m["name"].(string)
 						if find(objs, "ServiceAccount", name) == nil {
 							t.Errorf("%s %s binds ServiceAccount %s, which is not rendered", o.GetKind(), o.GetName(), name)
 						}
@@ -149,7 +156,7 @@ func TestDefaultImagesAreTheProjectImagesAtAppVersion(t *testing.T) {
 	for _, o := range objs {
 		if slices.Contains(workloadKinds, o.GetKind()) {
 			for _, c := range containers(t, o) {
-				images = append(images, c["image"].(string))
+				images = append(images, fmt.Sprint(c["image"]))
 			}
 		}
 	}
@@ -158,7 +165,11 @@ func TestDefaultImagesAreTheProjectImagesAtAppVersion(t *testing.T) {
 			t.Errorf("no container runs s3csi/%s:%s; images: %v", want, version, images)
 		}
 	}
-	reconciler := containers(t, find(objs, "Deployment", "s3csi-pod-reconciler"))[0]
+	deployment := find(objs, "Deployment", "s3csi-pod-reconciler")
+	if deployment == nil {
+		t.Fatal("no pod-reconciler Deployment")
+	}
+	reconciler := containers(t, deployment)[0]
 	if want := "--mountpoint-image=s3csi/mounter:" + version; !slices.Contains(args(reconciler), want) {
 		t.Errorf("the pod-reconciler is not given %s: %v", want, args(reconciler))
 	}
@@ -180,7 +191,7 @@ func TestNATSSettings(t *testing.T) {
 		objs := render(t, "clustered-nats")
 		conf, _, _ := unstructured.NestedString(find(objs, "ConfigMap", "s3csi-nats").Object, "data", "nats.conf")
 		for i := range 3 {
-			route := "nats://s3csi-nats-" + string(rune('0'+i)) + ".s3csi-nats-headless.s3csi-system.svc:6222"
+			route := "nats://s3csi-nats-" + strconv.Itoa(i) + ".s3csi-nats-headless.s3csi-system.svc:6222"
 			if !strings.Contains(conf, route) {
 				t.Errorf("nats.conf has no route %s:\n%s", route, conf)
 			}
