@@ -16,7 +16,8 @@ PROTOC_GEN_GO  := $(BIN)/protoc-gen-go
 BUF            := $(BIN)/buf
 GOLANGCI_LINT  := $(BIN)/golangci-lint
 VERSITYGW      := $(BIN)/versitygw
-TOOLS := $(CONTROLLER_GEN) $(PROTOC_GEN_GO) $(BUF) $(GOLANGCI_LINT) $(VERSITYGW)
+HELM           := $(BIN)/helm
+TOOLS := $(CONTROLLER_GEN) $(PROTOC_GEN_GO) $(BUF) $(GOLANGCI_LINT) $(VERSITYGW) $(HELM)
 
 ##@ General
 
@@ -82,8 +83,12 @@ $(CLUSTER): $(shell find integration/cluster integration/cmd/s3csi-cluster -name
 	cd integration && GOWORK=off $(GO) build -o $(BIN)/ ./cmd/s3csi-cluster
 
 .PHONY: lint
-lint: $(GOLANGCI_LINT) ## Run golangci-lint in every module.
+lint: $(GOLANGCI_LINT) lint-chart ## Run golangci-lint in every module and helm lint on the chart.
 	@for m in $(MODULES); do echo "== lint $$m"; (cd $$m && GOWORK=off $(GOLANGCI_LINT) run ./...); done
+
+.PHONY: lint-chart
+lint-chart: $(HELM) ## Run helm lint on charts/s3csi with every values file of charts/s3csi/ci.
+	@for f in charts/s3csi/ci/*-values.yaml; do echo "== helm lint $$f"; $(HELM) lint --strict charts/s3csi -f $$f; done
 
 .PHONY: update
 # The tools modules are not tidied: they hold `tool` directives pinned with `go get -tool`, and
@@ -108,7 +113,7 @@ verify: lint update ## Lint, then fail if `make update` changed or added any fil
 tools: $(TOOLS) ## Build the pinned tools into bin/.
 
 .PHONY: tools-test
-tools-test: $(VERSITYGW)
+tools-test: $(VERSITYGW) $(HELM)
 
 .PHONY: bench-deps
 bench-deps: # The FUSE clients s3csi-mounter is compared with (Debian's s3fs and rclone).
@@ -130,6 +135,9 @@ $(GOLANGCI_LINT): hack/tools/lint/go.mod hack/tools/lint/go.sum
 
 $(VERSITYGW): hack/tools/versitygw/go.mod hack/tools/versitygw/go.sum
 	cd hack/tools/versitygw && GOWORK=off $(GO) build -o $(BIN)/ github.com/versity/versitygw/cmd/versitygw
+
+$(HELM): hack/tools/helm/go.mod hack/tools/helm/go.sum
+	cd hack/tools/helm && GOWORK=off $(GO) build -o $(BIN)/ helm.sh/helm/v3/cmd/helm
 
 .PHONY: clean
 clean: ## Remove bin/ (the envtest cache in ~/.cache/s3csi stays).

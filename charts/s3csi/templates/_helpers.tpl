@@ -1,0 +1,132 @@
+{{/* Labels every object of the chart carries. */}}
+{{- define "s3csi.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/name: s3csi
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/* Labels of one component: call with (dict "root" $ "component" "node-agent"). */}}
+{{- define "s3csi.componentLabels" -}}
+{{ include "s3csi.labels" .root }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{/* Selector labels of one component; never change them, Deployments' selectors are immutable. */}}
+{{- define "s3csi.selectorLabels" -}}
+app.kubernetes.io/name: s3csi
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{/* Image reference: call with (dict "root" $ "key" "nodeAgent"). */}}
+{{- define "s3csi.image" -}}
+{{- $img := .root.Values.image -}}
+{{- $repo := index $img.repositories .key -}}
+{{- $tag := default (default .root.Chart.AppVersion $img.tag) (index $img.tags .key) -}}
+{{- if $img.registry -}}
+{{ trimSuffix "/" $img.registry }}/{{ $repo }}:{{ $tag }}
+{{- else -}}
+{{ $repo }}:{{ $tag }}
+{{- end -}}
+{{- end }}
+
+{{/* The endpoint, refused with a clear message when missing (the schema refuses it first). */}}
+{{- define "s3csi.endpointUrl" -}}
+{{- required "s3.endpointUrl is required: set it to the URL of your S3 service, e.g. --set s3.endpointUrl=https://s3.example.com" .Values.s3.endpointUrl -}}
+{{- end }}
+
+{{/* NATS URL the services connect to: the external one, or the chart's Service. */}}
+{{- define "s3csi.natsUrl" -}}
+{{- if .Values.nats.external.url -}}
+{{ .Values.nats.external.url }}
+{{- else -}}
+nats://s3csi-nats.{{ .Release.Namespace }}.svc:4222
+{{- end -}}
+{{- end }}
+
+{{/* Flags every service shares: call with (dict "root" $ "values" .Values.node). */}}
+{{- define "s3csi.commonArgs" -}}
+- --admin-address=:{{ .values.adminPort }}
+- --log-format={{ .root.Values.logFormat }}
+- --log-level={{ .values.logLevel }}
+{{- end }}
+
+{{/* NATS_URL and, for the leader-elected services, the pod namespace. */}}
+{{- define "s3csi.natsEnv" -}}
+- name: NATS_URL
+  value: {{ include "s3csi.natsUrl" . | quote }}
+{{- end }}
+
+{{/* Pod annotations: Prometheus scrape hints for the admin port plus the user's own. */}}
+{{- define "s3csi.podAnnotations" -}}
+{{- if .root.Values.metrics.podAnnotations }}
+prometheus.io/scrape: "true"
+prometheus.io/port: {{ .values.adminPort | quote }}
+prometheus.io/path: /metrics
+{{- end }}
+{{- with .values.podAnnotations }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* Liveness on /healthz and readiness on /readyz of the admin server. */}}
+{{- define "s3csi.probes" -}}
+ports:
+  - name: admin
+    containerPort: {{ .adminPort }}
+    protocol: TCP
+livenessProbe:
+  httpGet:
+    path: /healthz
+    port: admin
+  initialDelaySeconds: 10
+  periodSeconds: 10
+  timeoutSeconds: 5
+  failureThreshold: 5
+readinessProbe:
+  httpGet:
+    path: /readyz
+    port: admin
+  periodSeconds: 5
+  timeoutSeconds: 5
+  failureThreshold: 3
+{{- end }}
+
+{{/* Container security context of the unprivileged services (images run as uid 65532). */}}
+{{- define "s3csi.restrictedContainer" -}}
+securityContext:
+  runAsNonRoot: true
+  runAsUser: 65532
+  runAsGroup: 65532
+  allowPrivilegeEscalation: false
+  readOnlyRootFilesystem: true
+  capabilities:
+    drop: ["ALL"]
+  seccompProfile:
+    type: RuntimeDefault
+{{- end }}
+
+{{/* Scheduling fields of one component: call with its values. */}}
+{{- define "s3csi.scheduling" -}}
+{{- with .nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{- define "s3csi.imagePullSecrets" -}}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}

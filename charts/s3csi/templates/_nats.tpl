@@ -1,0 +1,25 @@
+{{/* nats-server configuration; its hash restarts the servers when it changes. */}}
+{{- define "s3csi.natsConfig" -}}
+server_name: $POD_NAME
+port: 4222
+http_port: 8222
+# Drain clients over 30s on SIGTERM rather than dropping them.
+lame_duck_duration: 30s
+lame_duck_grace_period: 10s
+jetstream {
+  store_dir: /data
+  max_memory_store: {{ $.Values.nats.jetstream.maxMemory }}
+  max_file_store: {{ $.Values.nats.jetstream.maxFile }}
+}
+{{- if gt (int .Values.nats.replicas) 1 }}
+cluster {
+  name: s3csi
+  port: 6222
+  routes: [
+    {{- range $i := until (int .Values.nats.replicas) }}
+    nats://s3csi-nats-{{ $i }}.s3csi-nats-headless.{{ $.Release.Namespace }}.svc:6222
+    {{- end }}
+  ]
+}
+{{- end }}
+{{- end }}

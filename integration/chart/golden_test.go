@@ -1,0 +1,67 @@
+package chart
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files under testdata from the current chart")
+
+// TestRenderedManifestsMatchGolden renders the chart with each values file of charts/s3csi/ci
+// and compares the result with testdata/<name>.golden.yaml.
+func TestRenderedManifestsMatchGolden(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join(chartDir(t), "ci", "*-values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) < 4 {
+		t.Fatalf("want at least 4 values files in charts/s3csi/ci, found %d", len(files))
+	}
+	for _, file := range files {
+		name := strings.TrimSuffix(filepath.Base(file), "-values.yaml")
+		t.Run("the "+name+" values render as the golden file says", func(t *testing.T) {
+			got, err := helmTemplate(t, "--values", file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			golden := filepath.Join("testdata", name+".golden.yaml")
+			if *update {
+				if err := os.WriteFile(golden, got, 0o600); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("read golden file (create it with `go test ./chart -update`): %v", err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Errorf("rendered manifests differ from %s; if the change is intended, run `go test ./chart -update` and review the diff:\n%s",
+					golden, firstDifference(string(want), string(got)))
+			}
+		})
+	}
+}
+
+// firstDifference shows the first differing line with a little context.
+func firstDifference(want, got string) string {
+	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
+	for i := 0; i < len(w) || i < len(g); i++ {
+		var wl, gl string
+		if i < len(w) {
+			wl = w[i]
+		}
+		if i < len(g) {
+			gl = g[i]
+		}
+		if wl != gl {
+			return "line " + strconv.Itoa(i+1) + ":\n  want: " + wl + "\n  got:  " + gl
+		}
+	}
+	return "(same lines, different bytes)"
+}
