@@ -53,6 +53,9 @@ stringData: {access_key_id: %[3]q, secret_access_key: %[4]q}
 		"--kubeconfig", c.Kubeconfig(), "--namespace", ReleaseNamespace,
 		"--set", "s3.endpointUrl=" + c.S3Endpoint(),
 		"--set", "s3CredentialSecret.name=" + CredentialSecret,
+		// The single-node cluster has no storage provisioner: JetStream keeps its store in an
+		// emptyDir there.
+		"--set", "nats.jetstream.persistence=false",
 		"--wait", "--timeout", "5m",
 	}, extra...)
 	cmd := exec.CommandContext(ctx, c.Helm(), args...)
