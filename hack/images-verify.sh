@@ -45,10 +45,13 @@ for tar in "$@"; do
   name=${base%-"$tag"}; name=${name#s3csi-}
   want="docker.io/s3csi/$name:$tag"
   "${ctr[@]}" images import "$tar" >/dev/null
-  if "${ctr[@]}" images ls -q | grep -qx "$want"; then
+  # The list is read whole first: `grep -q` in a pipe would close it early and, with pipefail,
+  # turn ctr's SIGPIPE into a failure.
+  names=$("${ctr[@]}" images ls -q)
+  if grep -qx "$want" <<<"$names"; then
     echo "ctr    ok  $want"
   else
-    echo "ctr    FAIL $want not among: $("${ctr[@]}" images ls -q | tr '\n' ' ')"; fail=1
+    echo "ctr    FAIL $want not among: $(tr '\n' ' ' <<<"$names")"; fail=1
   fi
   "${podman[@]}" load -q -i "$tar" >/dev/null
   if "${podman[@]}" image exists "$want"; then
@@ -66,6 +69,48 @@ for tar in "$@"; do
     echo "ctr run ok  $ref"
   else
     echo "ctr run FAIL $ref: $out"; fail=1
+  fi
+done
+# Run the third-party programs, if given, with their version flag: each must start in its image.
+for tar in "$@"; do
+  base=$(basename "$tar" .tar); tag=${base##*-}
+  case $base in
+    s3csi-nats-*) ref="docker.io/s3csi/nats:$tag" args=(/nats-server --version) ;;
+    s3csi-csi-provisioner-*) ref="docker.io/s3csi/csi-provisioner:$tag" args=(/csi-provisioner --version) ;;
+    s3csi-coredns-*) ref="docker.io/s3csi/coredns:$tag" args=(/coredns -version) ;;
+    *) continue ;;
+  esac
+  if out=$("${ctr[@]}" run --rm "$ref" s3csi-verify-version "${args[@]}" 2>&1); then
+    echo "ctr run ok  $ref: $(head -1 <<<"$out")"
+  else
+    echo "ctr run FAIL $ref: $out"; fail=1
+  fi
+done
+
+# Run the pause image, if given: it must keep running until SIGTERM, then exit 0.
+for tar in "$@"; do
+  case $(basename "$tar") in s3csi-pause-*) ;; *) continue ;; esac
+  ref="docker.io/s3csi/pause:$(basename "$tar" .tar | sed 's/.*-//')"
+  "${ctr[@]}" run --rm "$ref" s3csi-verify-pause & run=$!
+  sleep 1
+  status="exited before SIGTERM"
+  if kill -0 "$run" 2>/dev/null; then
+    "${ctr[@]}" task kill -s SIGTERM s3csi-verify-pause
+    for _ in $(seq 100); do kill -0 "$run" 2>/dev/null || break; sleep 0.1; done
+    if kill -0 "$run" 2>/dev/null; then
+      "${ctr[@]}" task kill -s SIGKILL s3csi-verify-pause
+      wait "$run" || true
+      status="still running 10 s after SIGTERM"
+    else
+      wait "$run" && status=0 || status=$?
+    fi
+  else
+    wait "$run" || true
+  fi
+  if [ "$status" = 0 ]; then
+    echo "ctr run ok  $ref (exit 0 on SIGTERM)"
+  else
+    echo "ctr run FAIL $ref: $status"; fail=1
   fi
 done
 exit "$fail"
