@@ -154,7 +154,7 @@ images-check: $(IMAGEBUILD) ## Read every image tarball back and check it agains
 	@$(foreach n,$(PRODUCT_IMAGES) $(CLUSTER_IMAGES),$(IMAGEBUILD) check -out $(IMAGE_OUT_$(n)) $(IMAGE_ARGS_$(n)) &&) true
 
 .PHONY: images-verify
-images-verify: ## Import every image tarball into a private containerd and podman store; check names and run busybox.
+images-verify: ## Import every image tarball into a private containerd and podman store; check names, run a few.
 	hack/images-verify.sh $(foreach n,$(PRODUCT_IMAGES) $(CLUSTER_IMAGES),$(IMAGE_OUT_$(n)))
 
 .PHONY: $(IMAGEBUILD)
