@@ -2,7 +2,10 @@
 .DEFAULT_GOAL := help
 SHELL := /usr/bin/env bash -o pipefail -o errexit -o nounset
 
-MODULES  := shared services/csi-controller services/pod-reconciler services/node-agent services/janitor integration
+VERSION ?= $(shell sed -n 's/^appVersion: "\(.*\)"/\1/p' charts/s3csi/Chart.yaml)
+
+MODULES  := shared services/csi-controller services/pod-reconciler services/node-agent services/janitor integration \
+            hack/imagebuild hack/tools/coredns
 SERVICES := csi-controller pod-reconciler node-agent janitor
 BIN      := $(CURDIR)/bin
 GO       ?= go
@@ -74,10 +77,10 @@ cluster-bins: ## Build the cluster's Kubernetes binaries from source into ~/.cac
 	@hack/kube-bins.sh >/dev/null
 
 .PHONY: cluster-deps
-cluster-deps: ## Install the host packages the cluster runs (containerd, runc, CNI plugins, iptables).
+cluster-deps: ## Install the host packages the cluster runs (containerd, runc, CNI plugins, iptables, static busybox).
 	@command -v containerd >/dev/null && command -v runc >/dev/null && command -v iptables >/dev/null \
-	  && command -v conntrack >/dev/null && [ -x /usr/lib/cni/bridge ] || { apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq containerd runc containernetworking-plugins iptables conntrack; }
+	  && command -v conntrack >/dev/null && [ -x /usr/lib/cni/bridge ] && [ -x /bin/busybox ] || { apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq containerd runc containernetworking-plugins iptables conntrack busybox-static; }
 
 $(CLUSTER): $(shell find integration/cluster integration/cmd/s3csi-cluster -name '*.go' 2>/dev/null) integration/go.mod
 	cd integration && GOWORK=off $(GO) build -o $(BIN)/ ./cmd/s3csi-cluster
@@ -106,6 +109,96 @@ generate: $(CONTROLLER_GEN) $(BUF) $(PROTOC_GEN_GO) ## Generate deepcopy, the CR
 verify: lint update ## Lint, then fail if `make update` changed or added any file.
 	@if [ -n "$$(git status --porcelain)" ]; then \
 	  echo "the tree is not clean after 'make update':"; git status --porcelain; git --no-pager diff --stat; exit 1; fi
+
+##@ Images
+
+# `make images` builds every image as a docker-archive tarball in bin/images/ (no container engine:
+# hack/imagebuild writes one layer of static binaries on an empty base). docs/images.md lists them.
+IMAGES_DIR   := $(BIN)/images
+IMAGE_BIN    := $(BIN)/linux_amd64
+IMAGEBUILD   := $(BIN)/imagebuild
+IMAGE_SOURCE := https://github.com/s3csi/s3csi
+# The Mountpoint Pod's entrypoint: the one line to change when its main moves.
+MOUNTER_MAIN := services/node-agent/cmd/s3csi-mounter
+GIT_REVISION := $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+GIT_CREATED  := $(shell git log -1 --format=%cI 2>/dev/null || echo 1970-01-01T00:00:00Z)
+# Third-party versions: NATS is the one shared/go.mod requires (built from that module, so the two
+# cannot drift); the CSI provisioner and CoreDNS are pinned by their modules under hack/tools.
+NATS_VERSION        = $(shell sed -n 's|^[[:space:]]*github.com/nats-io/nats-server/v2 \(v[^ ]*\).*|\1|p' shared/go.mod)
+PROVISIONER_VERSION = $(shell sed -n 's|^tool.*||;s|^[[:space:]]*github.com/kubernetes-csi/external-provisioner/v6 \(v[^ ]*\).*|\1|p' hack/tools/csi-provisioner/go.mod)
+COREDNS_VERSION     = $(shell sed -n 's|^[[:space:]]*github.com/coredns/coredns \(v[^ ]*\).*|\1|p' hack/tools/coredns/go.mod)
+BUSYBOX             := /bin/busybox
+BUSYBOX_APPLETS     := ash awk basename cat chmod chown cp cut date dd df diff dirname du echo env expr \
+  false find grep gzip head hostname id kill ln ls md5sum mkdir mktemp mount mv nc nslookup printf ps pwd \
+  readlink rm rmdir sed seq sh sha256sum sleep sort stat sync tail tar tee test timeout touch tr true \
+  umount uname uniq vi wc wget which xargs yes
+
+IMAGE_GO       = cd $(1) && GOWORK=off CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath
+IMAGE_LDFLAGS  := -s -w -X github.com/s3csi/s3csi/shared/version.Version=$(VERSION)
+
+# $(call image,NAME,TAG,UID,LICENSES,PACKAGED_VERSION,FLAGS) defines IMAGE_OUT_NAME, the tarball of
+# docker.io/s3csi/NAME:TAG, and IMAGE_ARGS_NAME, the spec `imagebuild build` and `check` take.
+define image
+IMAGE_OUT_$(1)  = $(IMAGES_DIR)/s3csi-$(1)-$(2).tar
+IMAGE_ARGS_$(1) = -ref docker.io/s3csi/$(1):$(2) -user $(3) -created $(GIT_CREATED) -dir /tmp=1777 \
+  -label org.opencontainers.image.title=s3csi/$(1) -label org.opencontainers.image.version=$(5) \
+  -label org.opencontainers.image.source=$(IMAGE_SOURCE) -label org.opencontainers.image.revision=$(GIT_REVISION) \
+  -label org.opencontainers.image.created=$(GIT_CREATED) -label org.opencontainers.image.licenses=$(4) $(6)
+endef
+bin_flags = -file /$(1)=$(IMAGE_BIN)/$(1) -entrypoint /$(1)
+$(eval $(call image,controller,$(VERSION),65532,Apache-2.0,$(VERSION),$(call bin_flags,s3csi-controller)))
+$(eval $(call image,pod-reconciler,$(VERSION),65532,Apache-2.0,$(VERSION),$(call bin_flags,s3csi-pod-reconciler)))
+$(eval $(call image,node-agent,$(VERSION),0,Apache-2.0,$(VERSION),$(call bin_flags,s3csi-node-agent)))
+$(eval $(call image,janitor,$(VERSION),65532,Apache-2.0,$(VERSION),$(call bin_flags,s3csi-janitor)))
+$(eval $(call image,mounter,$(VERSION),65534,Apache-2.0,$(VERSION),$(call bin_flags,s3csi-mounter)))
+$(eval $(call image,nats,$(VERSION),65532,Apache-2.0,$(NATS_VERSION),$(call bin_flags,nats-server)))
+$(eval $(call image,csi-provisioner,$(VERSION),65532,Apache-2.0,$(PROVISIONER_VERSION),$(call bin_flags,csi-provisioner)))
+$(eval $(call image,pause,3.10,65532,Apache-2.0,$(VERSION),-file /pause=$(IMAGE_BIN)/s3csi-pause -entrypoint /pause))
+$(eval $(call image,coredns,1.15.0,0,Apache-2.0,$(COREDNS_VERSION),$(call bin_flags,coredns)))
+$(eval $(call image,busybox,1.35,0,GPL-2.0-only,1.35.0,-file /bin/busybox=$(BUSYBOX) -entrypoint /bin/sh \
+  $(foreach a,$(BUSYBOX_APPLETS),-symlink /bin/$(a)=busybox)))
+PRODUCT_IMAGES := controller pod-reconciler node-agent janitor mounter nats csi-provisioner
+CLUSTER_IMAGES := pause coredns busybox
+
+.PHONY: images
+images: images-product images-cluster ## Build every image into bin/images/ (product and test cluster); cached.
+	@$(IMAGEBUILD) list $(foreach n,$(PRODUCT_IMAGES) $(CLUSTER_IMAGES),$(IMAGE_OUT_$(n)))
+
+.PHONY: images-product
+images-product: $(IMAGEBUILD) ## Build the product images (the four services, mounter, NATS, CSI provisioner).
+	@mkdir -p $(IMAGE_BIN) $(IMAGES_DIR)
+	@echo "== go build (product binaries, VERSION=$(VERSION))"
+	@$(call IMAGE_GO,services/csi-controller/cmd/s3csi-controller) -ldflags "$(IMAGE_LDFLAGS)" -o $(IMAGE_BIN)/ .
+	@$(call IMAGE_GO,services/pod-reconciler/cmd/s3csi-pod-reconciler) -ldflags "$(IMAGE_LDFLAGS)" -o $(IMAGE_BIN)/ .
+	@$(call IMAGE_GO,services/node-agent/cmd/s3csi-node-agent) -ldflags "$(IMAGE_LDFLAGS)" -o $(IMAGE_BIN)/ .
+	@$(call IMAGE_GO,services/janitor/cmd/s3csi-janitor) -ldflags "$(IMAGE_LDFLAGS)" -o $(IMAGE_BIN)/ .
+	@$(call IMAGE_GO,$(MOUNTER_MAIN)) -ldflags "$(IMAGE_LDFLAGS)" -o $(IMAGE_BIN)/s3csi-mounter .
+	@$(call IMAGE_GO,shared) -ldflags "-s -w" -o $(IMAGE_BIN)/ github.com/nats-io/nats-server/v2
+	@$(call IMAGE_GO,hack/tools/csi-provisioner) -ldflags "-s -w -X main.version=$(PROVISIONER_VERSION)" \
+	  -o $(IMAGE_BIN)/ github.com/kubernetes-csi/external-provisioner/v6/cmd/csi-provisioner
+	@$(foreach n,$(PRODUCT_IMAGES),$(IMAGEBUILD) build -out $(IMAGE_OUT_$(n)) $(IMAGE_ARGS_$(n)) &&) true
+
+.PHONY: images-cluster
+images-cluster: $(IMAGEBUILD) ## Build the test cluster's images (pause, CoreDNS, busybox).
+	@mkdir -p $(IMAGE_BIN) $(IMAGES_DIR)
+	@$(BUSYBOX) 2>&1 | grep -q '^BusyBox v1\.35\.' && dpkg-query -W -f='$${Status}' busybox-static 2>/dev/null | grep -q 'ok installed' \
+	  || { echo "images-cluster needs Debian's static busybox 1.35 at $(BUSYBOX): apt-get install -y busybox-static"; exit 1; }
+	@echo "== go build (cluster binaries)"
+	@$(call IMAGE_GO,integration/cmd/s3csi-pause) -ldflags "$(IMAGE_LDFLAGS)" -o $(IMAGE_BIN)/ .
+	@$(call IMAGE_GO,hack/tools/coredns) -ldflags "-s -w" -o $(IMAGE_BIN)/coredns .
+	@$(foreach n,$(CLUSTER_IMAGES),$(IMAGEBUILD) build -out $(IMAGE_OUT_$(n)) $(IMAGE_ARGS_$(n)) &&) true
+
+.PHONY: images-check
+images-check: $(IMAGEBUILD) ## Read every image tarball back and check it against its spec (entrypoint, user, labels, files).
+	@$(foreach n,$(PRODUCT_IMAGES) $(CLUSTER_IMAGES),$(IMAGEBUILD) check -out $(IMAGE_OUT_$(n)) $(IMAGE_ARGS_$(n)) &&) true
+
+.PHONY: images-verify
+images-verify: ## Import every image tarball into a private containerd and podman store; check names, run a few.
+	hack/images-verify.sh $(foreach n,$(PRODUCT_IMAGES) $(CLUSTER_IMAGES),$(IMAGE_OUT_$(n)))
+
+.PHONY: $(IMAGEBUILD)
+$(IMAGEBUILD): # Always handed to go build: its cache makes an unchanged build instant.
+	@cd hack/imagebuild && GOWORK=off $(GO) build -o $(IMAGEBUILD) .
 
 ##@ Set-up (cached)
 
