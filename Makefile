@@ -181,7 +181,8 @@ images-product: $(IMAGEBUILD) ## Build the product images (the four services, mo
 .PHONY: images-cluster
 images-cluster: $(IMAGEBUILD) ## Build the test cluster's images (pause, CoreDNS, busybox).
 	@mkdir -p $(IMAGE_BIN) $(IMAGES_DIR)
-	@$(BUSYBOX) 2>&1 | grep -q '^BusyBox v1\.35\.' && dpkg-query -W -f='$${Status}' busybox-static 2>/dev/null | grep -q 'ok installed' \
+	@case "$$($(BUSYBOX) 2>&1 | head -n1)" in "BusyBox v1.35."*) true ;; *) false ;; esac \
+	  && [ "$$(dpkg-query -W -f='$${Status}' busybox-static 2>/dev/null)" = "install ok installed" ] \
 	  || { echo "images-cluster needs Debian's static busybox 1.35 at $(BUSYBOX): apt-get install -y busybox-static"; exit 1; }
 	@echo "== go build (cluster binaries)"
 	@$(call IMAGE_GO,integration/cmd/s3csi-pause) -ldflags "$(IMAGE_LDFLAGS)" -o $(IMAGE_BIN)/ .
