@@ -8,6 +8,7 @@ MODULES  := shared services/csi-controller services/pod-reconciler services/node
             hack/imagebuild hack/tools/coredns
 SERVICES := csi-controller pod-reconciler node-agent janitor
 BIN      := $(CURDIR)/bin
+CLUSTER  := $(BIN)/s3csi-cluster
 GO       ?= go
 # Tests run each module on its own (GOWORK=off) so every go.mod is proven complete.
 GOTEST_FLAGS ?= -race -count=1 -timeout=20m
@@ -39,8 +40,16 @@ build: ## Compile every module (GOWORK=off) and the service binaries into bin/.
 	  (cd services/$$s && GOWORK=off CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/ ./cmd/...); done
 
 .PHONY: test
-test: tools-test envtest-bins ## Run every module's tests against the real API server, NATS and S3.
+test: test-modules test-e2e ## Run every module's tests, then the e2e suite on the single-node cluster.
+
+.PHONY: test-modules
+test-modules: tools-test envtest-bins ## Run every module's tests against the real API server, NATS, S3 and FUSE.
 	@for m in $(MODULES); do echo "== test $$m"; (cd $$m && GOWORK=off $(GO) test $(GOTEST_FLAGS) ./...); done
+
+.PHONY: test-e2e
+test-e2e: $(CLUSTER) ## Run the e2e suite; a cluster this target starts is stopped after, a running one is kept.
+	@if $(CLUSTER) status >/dev/null 2>&1; then $(MAKE) --no-print-directory e2e; \
+	else status=0; $(MAKE) --no-print-directory e2e || status=$$?; $(CLUSTER) down; exit $$status; fi
 
 .PHONY: bench
 bench: tools-test envtest-bins bench-deps ## Run every module's benchmarks against the real components; prints the figures.
@@ -53,7 +62,6 @@ run: tools-test envtest-bins ## Bring up the local stack (API server, NATS, S3) 
 
 ##@ Cluster (a real single-node Kubernetes on this machine; root)
 
-CLUSTER     := $(BIN)/s3csi-cluster
 
 .PHONY: demo
 demo: cluster-up ## Start the cluster, install the chart and show a bucket mounted into two pods.

@@ -13,7 +13,8 @@ step "Install the chart (helm upgrade --install)"
 $cluster install
 
 step "A bucket that already exists, for the static volume"
-$cluster make-bucket s3csi-demo-static existing.txt "this object was in the bucket before the volume existed"
+$cluster make-bucket s3csi-demo-static existing.txt "this object was in the bucket before the volume existed
+"
 
 step "A StorageClass, a claim (one bucket per claim) and a static PersistentVolume"
 # Pods are replaced on every run, so each run shows a fresh mount.
@@ -48,8 +49,9 @@ cat <<MSG
 
 The cluster keeps running. To use it:
   eval "\$($cluster env)"        # KUBECONFIG and this cluster's kubectl on PATH
-  kubectl exec -n s3csi-demo writer -- sh -c 'date >> /data/hello.txt'
-  kubectl exec -n s3csi-demo reader -- cat /data/hello.txt
+  kubectl exec -n s3csi-demo writer -- sh -c 'date > /data/now.txt'
+  kubectl exec -n s3csi-demo reader -- ls -l /data
+  kubectl logs -n mount-s3 -l app.kubernetes.io/component=mountpoint
   kubectl describe s3pa
 Stop it, and restore the host, with: make cluster-down
 MSG

@@ -66,8 +66,8 @@ func Defaults(repoRoot, kubeBinDir string) Config {
 		EtcdClientPort: 23790,
 		EtcdPeerPort:   23800,
 		S3Port:         7070,
-		S3AccessKey:    "s3csi-demo-access",
-		S3SecretKey:    "s3csi-demo-secret-key",
+		S3AccessKey:    "S3CSIDEMOACCESSKEY00",
+		S3SecretKey:    "s3csiDemoSecretKey000000000000000000000000",
 	}
 }
 

@@ -110,9 +110,11 @@ func TestSmokeDynamicAndStaticVolumesThroughKubelet(t *testing.T) {
 		}
 		return nil
 	})
-	eventually(t, ctx, "no mount left under the kubelet dir for the test's volumes", func() error {
+	// The pod was the first workload of both volumes, so it named their Mountpoint Pods.
+	sources := []string{mppod.Name(string(pod.UID), pv.Name), mppod.Name(string(pod.UID), dynPV.Name)}
+	eventually(t, ctx, "no mount left under the kubelet dir for the test's pod and volumes", func() error {
 		for _, m := range mountsUnder(t, cfg.KubeletDir) {
-			if strings.Contains(m, "fuse") || strings.Contains(m, pv.Name) || strings.Contains(m, dynPV.Name) {
+			if strings.Contains(m, string(pod.UID)) || strings.Contains(m, sources[0]) || strings.Contains(m, sources[1]) {
 				return fmt.Errorf("still mounted: %s", m)
 			}
 		}
