@@ -2,9 +2,12 @@
 .DEFAULT_GOAL := help
 SHELL := /usr/bin/env bash -o pipefail -o errexit -o nounset
 
-MODULES  := shared services/csi-controller services/pod-reconciler services/node-agent services/janitor integration
-SERVICES := csi-controller pod-reconciler node-agent janitor
+MODULES  := shared services/csi-controller services/pod-reconciler services/node-agent services/mounter services/janitor integration
+SERVICES := csi-controller pod-reconciler node-agent mounter janitor
 BIN      := $(CURDIR)/bin
+VERSION ?= $(shell sed -n 's/^appVersion: "\(.*\)"/\1/p' charts/s3csi/Chart.yaml)
+# Every binary reports VERSION (GetPluginInfo, labels, the mounter's user agent): shared/version.
+LDFLAGS  := -X github.com/s3csi/s3csi/shared/version.Version=$(VERSION)
 GO       ?= go
 # Tests run each module on its own (GOWORK=off) so every go.mod is proven complete.
 GOTEST_FLAGS ?= -race -count=1 -timeout=20m
@@ -29,10 +32,10 @@ help: ## Show this help.
 ##@ Develop
 
 .PHONY: build
-build: ## Compile every module (GOWORK=off) and the service binaries into bin/.
+build: ## Compile every module (GOWORK=off) and the service binaries into bin/, stamped with VERSION.
 	@for m in $(MODULES); do echo "== build $$m"; (cd $$m && GOWORK=off $(GO) build ./...); done
 	@for s in $(SERVICES); do \
-	  (cd services/$$s && GOWORK=off CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/ ./cmd/...); done
+	  (cd services/$$s && GOWORK=off CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...); done
 
 .PHONY: test
 test: tools-test envtest-bins ## Run every module's tests against the real API server, NATS and S3.
