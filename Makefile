@@ -3,10 +3,12 @@
 SHELL := /usr/bin/env bash -o pipefail -o errexit -o nounset
 
 VERSION ?= $(shell sed -n 's/^appVersion: "\(.*\)"/\1/p' charts/s3csi/Chart.yaml)
+# Every binary reports VERSION (GetPluginInfo, labels, the mounter's user agent): shared/version.
+LDFLAGS  := -X github.com/s3csi/s3csi/shared/version.Version=$(VERSION)
 
-MODULES  := shared services/csi-controller services/pod-reconciler services/node-agent services/janitor integration \
-            hack/imagebuild hack/tools/coredns
-SERVICES := csi-controller pod-reconciler node-agent janitor
+MODULES  := shared services/csi-controller services/pod-reconciler services/node-agent services/mounter services/janitor \
+            integration hack/imagebuild hack/tools/coredns
+SERVICES := csi-controller pod-reconciler node-agent mounter janitor
 BIN      := $(CURDIR)/bin
 CLUSTER  := $(BIN)/s3csi-cluster
 GO       ?= go
@@ -34,10 +36,10 @@ help: ## Show this help.
 ##@ Develop
 
 .PHONY: build
-build: ## Compile every module (GOWORK=off) and the service binaries into bin/.
+build: ## Compile every module (GOWORK=off) and the service binaries into bin/, stamped with VERSION.
 	@for m in $(MODULES); do echo "== build $$m"; (cd $$m && GOWORK=off $(GO) build ./...); done
 	@for s in $(SERVICES); do \
-	  (cd services/$$s && GOWORK=off CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/ ./cmd/...); done
+	  (cd services/$$s && GOWORK=off CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...); done
 
 .PHONY: test
 test: test-modules test-e2e ## Run every module's tests, then the e2e suite on the single-node cluster.
@@ -127,7 +129,7 @@ IMAGE_BIN    := $(BIN)/linux_amd64
 IMAGEBUILD   := $(BIN)/imagebuild
 IMAGE_SOURCE := https://github.com/s3csi/s3csi
 # The Mountpoint Pod's entrypoint: the one line to change when its main moves.
-MOUNTER_MAIN := services/node-agent/cmd/s3csi-mounter
+MOUNTER_MAIN := services/mounter/cmd/s3csi-mounter
 GIT_REVISION := $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 GIT_CREATED  := $(shell git log -1 --format=%cI 2>/dev/null || echo 1970-01-01T00:00:00Z)
 # Third-party versions: NATS is the one shared/go.mod requires (built from that module, so the two
@@ -142,7 +144,7 @@ BUSYBOX_APPLETS     := ash awk basename cat chmod chown cp cut date dd df diff d
   umount uname uniq vi wc wget which xargs yes
 
 IMAGE_GO       = cd $(1) && GOWORK=off CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath
-IMAGE_LDFLAGS  := -s -w -X github.com/s3csi/s3csi/shared/version.Version=$(VERSION)
+IMAGE_LDFLAGS  := -s -w $(LDFLAGS)
 
 # $(call image,NAME,TAG,UID,LICENSES,PACKAGED_VERSION,FLAGS) defines IMAGE_OUT_NAME, the tarball of
 # docker.io/s3csi/NAME:TAG, and IMAGE_ARGS_NAME, the spec `imagebuild build` and `check` take.

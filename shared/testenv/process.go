@@ -2,8 +2,10 @@ package testenv
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -138,4 +140,21 @@ func RunToExit(t testing.TB, bin string, env []string, args ...string) (int, str
 		t.Fatalf("run %s: %v\n%s", bin, err, out)
 	}
 	return cmd.ProcessState.ExitCode(), string(out)
+}
+
+// BuildModuleBinaryE builds the main package pkg of the repository's module moduleDir (a path
+// relative to the repository root, e.g. "services/mounter") into out, as that module builds on
+// its own (GOWORK=off). Tests use it for another image's binary they must not import, such as
+// the node-agent's tests for the mounter.
+func BuildModuleBinaryE(ctx context.Context, moduleDir, pkg, out string) error {
+	root, err := RepoRoot()
+	if err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, "go", "build", "-C", filepath.Join(root, moduleDir), "-o", out, pkg)
+	cmd.Env = append(os.Environ(), "GOWORK=off")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("build %s of %s: %w\n%s", pkg, moduleDir, err, b)
+	}
+	return nil
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/s3csi/s3csi/shared/s3client"
 	"github.com/s3csi/s3csi/shared/servicecmd"
+	"github.com/s3csi/s3csi/shared/version"
 )
 
 // Defaults that tests and documentation refer to.
@@ -68,7 +69,7 @@ func New() *Options {
 
 		CredentialsCacheTTL: DefaultCredentialsCacheTTL,
 		BucketPrefix:        DefaultBucketPrefix,
-		DriverVersion:       "dev",
+		DriverVersion:       version.Version,
 	}
 }
 

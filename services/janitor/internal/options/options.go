@@ -12,12 +12,9 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/s3csi/s3csi/shared/mppod"
 	"github.com/s3csi/s3csi/shared/servicecmd"
 )
-
-// DefaultMountpointNamespace is where Mountpoint Pods live unless MOUNTPOINT_NAMESPACE says
-// otherwise; the name is kept from the Scality CSI Driver for S3 v2.
-const DefaultMountpointNamespace = "mount-s3"
 
 // Defaults of the cleanup timing options.
 const (
@@ -52,7 +49,7 @@ type Options struct {
 	// LeaderElectionOptions are --leader-elect and --leader-election-namespace.
 	servicecmd.LeaderElectionOptions
 	// MountpointNamespace is the namespace of the Mountpoint Pods. Defaults to
-	// $MOUNTPOINT_NAMESPACE, else DefaultMountpointNamespace.
+	// $MOUNTPOINT_NAMESPACE, else mppod.DefaultNamespace.
 	MountpointNamespace string
 	// SweepInterval is the period of the full sweep that converges without events.
 	SweepInterval time.Duration
@@ -77,7 +74,7 @@ type Options struct {
 func New() *Options {
 	mpNamespace := os.Getenv("MOUNTPOINT_NAMESPACE")
 	if mpNamespace == "" {
-		mpNamespace = DefaultMountpointNamespace
+		mpNamespace = mppod.DefaultNamespace
 	}
 	return &Options{
 		CommonOptions:         servicecmd.NewCommonOptions(":8084"),

@@ -23,6 +23,7 @@ import (
 	"github.com/s3csi/s3csi/shared/events"
 	"github.com/s3csi/s3csi/shared/keymutex"
 	"github.com/s3csi/s3csi/shared/mppod"
+	"github.com/s3csi/s3csi/shared/version"
 
 	"github.com/s3csi/s3csi/services/node-agent/internal/attach"
 	"github.com/s3csi/s3csi/services/node-agent/internal/cleanup"
@@ -35,9 +36,6 @@ import (
 	"github.com/s3csi/s3csi/services/node-agent/internal/registration"
 	"github.com/s3csi/s3csi/services/node-agent/internal/taint"
 )
-
-// Version is the driver version reported by GetPluginInfo; set at link time.
-var Version = "dev"
 
 // Run runs the node-agent until ctx is canceled, then stops every component and returns
 // nil; it returns an error when a component fails. It logs through the logr.Logger in ctx,
@@ -128,7 +126,7 @@ func newService(ctx context.Context, opts *options.Options, cfg *rest.Config) (*
 		sink = s.outbox
 	}
 	s.server = csi.NewServer(csi.Config{
-		NodeName: opts.NodeName, DriverVersion: Version, KubeletDir: opts.KubeletDir,
+		NodeName: opts.NodeName, DriverVersion: version.Version, KubeletDir: opts.KubeletDir,
 		MountpointNamespace: opts.MountpointNamespace, DriverCredentials: opts.DriverCredentials,
 		Region: opts.S3Region, EndpointURL: opts.S3EndpointURL, PathStyle: opts.S3PathStyle,
 		LegacyTokenFile: opts.LegacyTokenFile,

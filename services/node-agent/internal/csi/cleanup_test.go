@@ -15,12 +15,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/s3csi/s3csi/shared/keymutex"
+	"github.com/s3csi/s3csi/shared/mount"
 	"github.com/s3csi/s3csi/shared/mppod"
 	"github.com/s3csi/s3csi/shared/testenv"
+	"github.com/s3csi/s3csi/shared/testenv/testfs"
 
 	"github.com/s3csi/s3csi/services/node-agent/internal/cleanup"
-	"github.com/s3csi/s3csi/services/node-agent/internal/fusetest"
-	"github.com/s3csi/s3csi/services/node-agent/internal/mount"
 )
 
 func TestNeedsUnmountCleansTheSourceOnlyOnceNoWorkloadBindsIt(t *testing.T) {
@@ -52,7 +52,7 @@ func TestNeedsUnmountCleansTheSourceOnlyOnceNoWorkloadBindsIt(t *testing.T) {
 	if got, err := cleaner.Clean(ctx, mpName); err != nil || got != cleanup.OutcomeWaiting {
 		t.Fatalf("clean of a bound source: %q, %v; want waiting", got, err)
 	}
-	if got := readFile(t, filepath.Join(target, fusetest.HelloName)); got != fusetest.HelloContent {
+	if got := readFile(t, filepath.Join(target, testfs.HelloName)); got != testfs.HelloContent {
 		t.Fatal("the workload lost its mount while still bound")
 	}
 	if _, err := n.client.NodeUnpublishVolume(ctx, &csipb.NodeUnpublishVolumeRequest{VolumeId: "vol", TargetPath: target}); err != nil {

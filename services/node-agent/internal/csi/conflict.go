@@ -11,8 +11,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/s3csi/s3csi/shared/mount"
+
 	"github.com/s3csi/s3csi/services/node-agent/internal/attach"
-	"github.com/s3csi/s3csi/services/node-agent/internal/mount"
 )
 
 // attachmentReadTimeout bounds the attachment read of a republish: the API server being slow

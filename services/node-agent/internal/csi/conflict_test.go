@@ -15,10 +15,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/uuid"
 
 	s3csiv2 "github.com/s3csi/s3csi/shared/api/v2"
+	"github.com/s3csi/s3csi/shared/mount"
 	"github.com/s3csi/s3csi/shared/mppod"
-
-	"github.com/s3csi/s3csi/services/node-agent/internal/fusetest"
-	"github.com/s3csi/s3csi/services/node-agent/internal/mount"
+	"github.com/s3csi/s3csi/shared/testenv/testfs"
 )
 
 // mountOptions sets the attachment's mount options, as the pod-reconciler derives them from
@@ -134,7 +133,7 @@ func TestRepublishWithIncompatibleArgumentsIsAlreadyExistsAndKeepsTheMount(t *te
 			if after := mountOf(t, tt.published.target); after != before {
 				t.Fatalf("target mount changed from %s to %s", before, after)
 			}
-			if got := readFile(t, filepath.Join(tt.published.target, fusetest.HelloName)); got != fusetest.HelloContent {
+			if got := readFile(t, filepath.Join(tt.published.target, testfs.HelloName)); got != testfs.HelloContent {
 				t.Fatalf("target shows %q after the republish", got)
 			}
 		})

@@ -10,11 +10,11 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/uuid"
 
+	"github.com/s3csi/s3csi/shared/mount"
 	"github.com/s3csi/s3csi/shared/mppod"
+	"github.com/s3csi/s3csi/shared/testenv/testfs"
 
 	"github.com/s3csi/s3csi/services/node-agent/internal/credentials"
-	"github.com/s3csi/s3csi/services/node-agent/internal/fusetest"
-	"github.com/s3csi/s3csi/services/node-agent/internal/mount"
 )
 
 func TestRepublishRotatesVolumeCredentialsWithoutRemountAndNeverLogsThem(t *testing.T) {
@@ -50,11 +50,11 @@ func TestRepublishRotatesVolumeCredentialsWithoutRemountAndNeverLogsThem(t *test
 	const firstSecret, secondSecret = "firstCanarySecret/abc+def=", "secondCanarySecret/xyz+uvw="
 	publish("AKIAFIRST0000000", firstSecret)
 	before := sourceDevice()
-	if got := readFile(t, filepath.Join(target, fusetest.ProfileName)); !strings.Contains(got, "AKIAFIRST0000000") {
+	if got := readFile(t, filepath.Join(target, testfs.ProfileName)); !strings.Contains(got, "AKIAFIRST0000000") {
 		t.Fatalf("the filesystem sees %q, want the first key", got)
 	}
 	publish("AKIASECOND000000", secondSecret) // kubelet's periodic republish after a rotation
-	if got := readFile(t, filepath.Join(target, fusetest.ProfileName)); !strings.Contains(got, "AKIASECOND000000") {
+	if got := readFile(t, filepath.Join(target, testfs.ProfileName)); !strings.Contains(got, "AKIASECOND000000") {
 		t.Fatalf("the filesystem sees %q after rotation, want the second key", got)
 	}
 	if sourceDevice() != before {
@@ -82,7 +82,7 @@ func TestVolumeMountGroupGivesTheWorkloadGroupAccess(t *testing.T) {
 	if _, err := n.client.NodePublishVolume(ctx, req); err != nil {
 		t.Fatal(err)
 	}
-	args := strings.Split(readFile(t, filepath.Join(target, fusetest.ArgsName)), "\n")
+	args := strings.Split(readFile(t, filepath.Join(target, testfs.ArgsName)), "\n")
 	for _, want := range []string{"--gid=3000", "--allow-other", "--dir-mode=770", "--file-mode=0640"} {
 		found := false
 		for _, a := range args {
@@ -112,7 +112,7 @@ func TestSecretAuthenticationWithoutNodePublishSecretUsesTheDriverCredentials(t 
 	if _, err := n.client.NodePublishVolume(ctx, req); err != nil {
 		t.Fatalf("publish: %v", err)
 	}
-	if got := readFile(t, filepath.Join(target, fusetest.ProfileName)); !strings.Contains(got, "AKIADRIVER000000") {
+	if got := readFile(t, filepath.Join(target, testfs.ProfileName)); !strings.Contains(got, "AKIADRIVER000000") {
 		t.Fatalf("the filesystem sees %q, want the driver's key", got)
 	}
 }

@@ -15,10 +15,10 @@ import (
 
 	"github.com/s3csi/s3csi/shared/events"
 	"github.com/s3csi/s3csi/shared/events/eventspb"
+	"github.com/s3csi/s3csi/shared/mount"
 	"github.com/s3csi/s3csi/shared/mppod"
 	"github.com/s3csi/s3csi/shared/testenv"
 
-	"github.com/s3csi/s3csi/services/node-agent/internal/mount"
 	"github.com/s3csi/s3csi/services/node-agent/internal/notify"
 )
 

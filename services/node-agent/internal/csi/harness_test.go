@@ -5,11 +5,9 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -27,40 +25,40 @@ import (
 
 	s3csiv2 "github.com/s3csi/s3csi/shared/api/v2"
 	"github.com/s3csi/s3csi/shared/keymutex"
+	"github.com/s3csi/s3csi/shared/mount"
 	"github.com/s3csi/s3csi/shared/mppod"
 	"github.com/s3csi/s3csi/shared/testenv"
+	"github.com/s3csi/s3csi/shared/testenv/testfs"
 
 	"github.com/s3csi/s3csi/services/node-agent/internal/attach"
 	"github.com/s3csi/s3csi/services/node-agent/internal/credentials"
 	"github.com/s3csi/s3csi/services/node-agent/internal/csi"
-	"github.com/s3csi/s3csi/services/node-agent/internal/fusetest"
-	"github.com/s3csi/s3csi/services/node-agent/internal/mount"
-	"github.com/s3csi/s3csi/services/node-agent/internal/mounter"
 	"github.com/s3csi/s3csi/services/node-agent/internal/podwatch"
-)
-
-// mounterEnv makes the test binary run the mounter side instead of the tests; with
-// realEngineEnv set it serves the bucket with the real s3fs engine, else the test filesystem.
-const (
-	mounterEnv    = "S3CSI_TEST_MOUNTER_COMM_DIR"
-	realEngineEnv = "S3CSI_TEST_MOUNTER_REAL_ENGINE"
 )
 
 var apiServer *testenv.APIServer
 
+// The mounters the Mountpoint Pods run, built from the mounter module by TestMain:
+// testMounter serves the test filesystem (package testfs), s3Mounter is s3csi-mounter.
+var testMounter, s3Mounter string
+
 func TestMain(m *testing.M) {
-	if dir := os.Getenv(mounterEnv); dir != "" {
-		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
-		log := funcr.New(func(p, a string) { fmt.Fprintln(os.Stderr, "mounter:", p, a) }, funcr.Options{})
-		engine := fusetest.NewEngine(dir)
-		if os.Getenv(realEngineEnv) != "" {
-			engine = &mounter.S3Engine{CommDir: dir, Log: log}
-		}
-		code := mounter.Run(logr.NewContext(ctx, log), dir, engine)
-		stop()
-		os.Exit(code)
-	}
 	os.Exit(runTests(m))
+}
+
+// buildMounters builds the two mounter binaries into dir.
+//
+// Problem: a process that serves a FUSE filesystem and also reads it can deadlock (a garbage
+// collection stops the world while a thread waits for an answer only that process can give).
+// Solution: Mountpoint Pods run a mounter binary in a child process, as kubelet would.
+// Invariant: no test process reads a FUSE mount it serves itself.
+func buildMounters(dir string) error {
+	ctx := context.Background()
+	testMounter, s3Mounter = filepath.Join(dir, "fusetest-mounter"), filepath.Join(dir, "s3csi-mounter")
+	if err := testenv.BuildModuleBinaryE(ctx, "services/mounter", testfs.MounterPackage, testMounter); err != nil {
+		return err
+	}
+	return testenv.BuildModuleBinaryE(ctx, "services/mounter", "./cmd/s3csi-mounter", s3Mounter)
 }
 
 func runTests(m *testing.M) int {
@@ -69,6 +67,16 @@ func runTests(m *testing.M) int {
 		return 1
 	}
 	ctrllog.SetLogger(logr.Discard())
+	bins, err := os.MkdirTemp("", "s3csi-mounters-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer func() { _ = os.RemoveAll(bins) }()
+	if err := buildMounters(bins); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	s, err := testenv.StartAPIServerE()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -247,11 +255,11 @@ func (n *node) startMountpointPod(ctx context.Context, name string) (*mountpoint
 }
 
 func (mp *mountpointPod) start(t testing.TB, realEngine bool) error {
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), mounterEnv+"="+mp.commDir)
+	bin := testMounter
 	if realEngine {
-		cmd.Env = append(cmd.Env, realEngineEnv+"=1")
+		bin = s3Mounter
 	}
+	cmd := exec.Command(bin, "--comm-dir="+mp.commDir)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start mounter: %w", err)

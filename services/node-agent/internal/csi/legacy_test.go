@@ -9,11 +9,11 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/uuid"
 
+	"github.com/s3csi/s3csi/shared/handshake"
+	"github.com/s3csi/s3csi/shared/mount"
 	"github.com/s3csi/s3csi/shared/mppod"
 
 	"github.com/s3csi/s3csi/services/node-agent/internal/credentials"
-	"github.com/s3csi/s3csi/services/node-agent/internal/handshake"
-	"github.com/s3csi/s3csi/services/node-agent/internal/mount"
 )
 
 // TestRepublishKeepsALegacyMountAndRefreshesItsToken makes the target a mountpoint-s3 FUSE mount

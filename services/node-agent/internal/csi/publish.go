@@ -15,14 +15,14 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/s3csi/s3csi/shared/events/eventspb"
+	"github.com/s3csi/s3csi/shared/handshake"
+	"github.com/s3csi/s3csi/shared/mount"
 	"github.com/s3csi/s3csi/shared/mppod"
 	"github.com/s3csi/s3csi/shared/volumecontext"
 
 	"github.com/s3csi/s3csi/services/node-agent/internal/attach"
 	"github.com/s3csi/s3csi/services/node-agent/internal/credentials"
-	"github.com/s3csi/s3csi/services/node-agent/internal/handshake"
 	"github.com/s3csi/s3csi/services/node-agent/internal/metrics"
-	"github.com/s3csi/s3csi/services/node-agent/internal/mount"
 )
 
 // NodePublishVolume implements csi.NodeServer.

@@ -14,11 +14,11 @@ import (
 	"google.golang.org/grpc/status"
 	"k8s.io/apimachinery/pkg/util/uuid"
 
+	"github.com/s3csi/s3csi/shared/mount"
 	"github.com/s3csi/s3csi/shared/mppod"
+	"github.com/s3csi/s3csi/shared/testenv/testfs"
 
 	"github.com/s3csi/s3csi/services/node-agent/internal/credentials"
-	"github.com/s3csi/s3csi/services/node-agent/internal/fusetest"
-	"github.com/s3csi/s3csi/services/node-agent/internal/mount"
 )
 
 const canaryAccessKey = "AKIACANARY0123456789"
@@ -39,10 +39,10 @@ func TestPublishMountsOnceAndSharesTheSourceBetweenWorkloads(t *testing.T) {
 	if _, err := n.client.NodePublishVolume(ctx, publishRequest(volumeID, target1, "bucket-a", first, "allow-delete")); err != nil {
 		t.Fatalf("first publish: %v", err)
 	}
-	if got := readFile(t, filepath.Join(target1, fusetest.HelloName)); got != fusetest.HelloContent {
+	if got := readFile(t, filepath.Join(target1, testfs.HelloName)); got != testfs.HelloContent {
 		t.Fatalf("first target shows %q", got)
 	}
-	if got := readFile(t, filepath.Join(target1, fusetest.BucketName)); got != "bucket-a" {
+	if got := readFile(t, filepath.Join(target1, testfs.BucketName)); got != "bucket-a" {
 		t.Fatalf("first target serves bucket %q, want bucket-a", got)
 	}
 
@@ -136,7 +136,7 @@ func TestAFailedMountLeavesNothingBehindAndTellsWhereToLook(t *testing.T) {
 	n.createMountpointPod(mpName)
 	n.assign(pv, "vol", string(uid), mpName)
 	target := n.target(uid, pv)
-	_, err := n.client.NodePublishVolume(ctx, publishRequest("vol", target, fusetest.FailBucket, uid))
+	_, err := n.client.NodePublishVolume(ctx, publishRequest("vol", target, testfs.FailBucket, uid))
 	if status.Code(err) != codes.Internal || !strings.Contains(err.Error(), "does not exist") || !strings.Contains(err.Error(), "kubectl logs") {
 		t.Fatalf("err = %v, want Internal with the mounter's error and a kubectl logs hint", err)
 	}

@@ -15,11 +15,11 @@ import (
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"k8s.io/apimachinery/pkg/util/uuid"
 
+	"github.com/s3csi/s3csi/shared/mount"
 	"github.com/s3csi/s3csi/shared/mppod"
 	"github.com/s3csi/s3csi/shared/testenv"
 
 	"github.com/s3csi/s3csi/services/node-agent/internal/credentials"
-	"github.com/s3csi/s3csi/services/node-agent/internal/mount"
 )
 
 // TestPublishServesTheBucketThroughTheRealMounter runs the whole node path with the real

@@ -10,8 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/s3csi/s3csi/shared/events/eventspb"
-
-	"github.com/s3csi/s3csi/services/node-agent/internal/mount"
+	"github.com/s3csi/s3csi/shared/mount"
 )
 
 // NodeUnpublishVolume implements csi.NodeServer: it removes the target's bind mount and the

@@ -15,10 +15,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
 
+	"github.com/s3csi/s3csi/shared/mount"
 	"github.com/s3csi/s3csi/shared/mppod"
-
-	"github.com/s3csi/s3csi/services/node-agent/internal/fusetest"
-	"github.com/s3csi/s3csi/services/node-agent/internal/mount"
+	"github.com/s3csi/s3csi/shared/testenv/testfs"
 )
 
 func unpublishTwice(t *testing.T, n *node, target string) {
@@ -75,7 +74,7 @@ func TestUnpublishSucceedsOnEveryKindOfTargetTwice(t *testing.T) {
 
 		mp.kill(t)
 		var st unix.Stat_t
-		err := unix.Stat(filepath.Join(deadTarget, fusetest.HelloName), &st)
+		err := unix.Stat(filepath.Join(deadTarget, testfs.HelloName), &st)
 		if !errors.Is(err, unix.ENOTCONN) {
 			t.Fatalf("stat in the dead target: %v, want ENOTCONN", err)
 		}

@@ -16,10 +16,10 @@ import (
 
 	s3csiv2 "github.com/s3csi/s3csi/shared/api/v2"
 	"github.com/s3csi/s3csi/shared/events/eventspb"
+	"github.com/s3csi/s3csi/shared/mount"
 	"github.com/s3csi/s3csi/shared/mppod"
 
 	"github.com/s3csi/s3csi/services/node-agent/internal/csi"
-	"github.com/s3csi/s3csi/services/node-agent/internal/mount"
 )
 
 // DefaultPeriod is how often sources are checked: a dead mount is reported within it.

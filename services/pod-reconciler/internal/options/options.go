@@ -13,7 +13,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/s3csi/s3csi/shared/mppod"
 	"github.com/s3csi/s3csi/shared/servicecmd"
+	"github.com/s3csi/s3csi/shared/version"
 )
 
 // Defaults of the reconciler options.
@@ -23,12 +25,7 @@ const (
 	DefaultStallTimeout            = 5 * time.Minute
 	DefaultEventQueueSize          = 10000
 	DefaultMountpointImage         = "s3csi-mounter:dev"
-	DefaultDriverVersion           = "dev"
 )
-
-// DefaultMountpointNamespace is where Mountpoint Pods live unless MOUNTPOINT_NAMESPACE says
-// otherwise; the name is kept from the Scality CSI Driver for S3 v2.
-const DefaultMountpointNamespace = "mount-s3"
 
 // Options configures one pod-reconciler process.
 type Options struct {
@@ -38,11 +35,11 @@ type Options struct {
 	// LeaderElectionOptions are --leader-elect and --leader-election-namespace.
 	servicecmd.LeaderElectionOptions
 	// MountpointNamespace is the namespace of the Mountpoint Pods. Defaults to
-	// $MOUNTPOINT_NAMESPACE, else DefaultMountpointNamespace.
+	// $MOUNTPOINT_NAMESPACE, else mppod.DefaultNamespace.
 	MountpointNamespace string
 	// DriverVersion labels the Mountpoint Pods and S3PAs this version creates; Mountpoint Pods
 	// of another version get no new workload, so they drain during an upgrade. Defaults to
-	// $DRIVER_VERSION, else DefaultDriverVersion.
+	// $DRIVER_VERSION, else version.Version (set at link time).
 	DriverVersion string
 	// MaxConcurrentReconciles is the number of concurrent reconciles of each controller.
 	MaxConcurrentReconciles int
@@ -76,13 +73,13 @@ type Options struct {
 func New() *Options {
 	mpNamespace := os.Getenv("MOUNTPOINT_NAMESPACE")
 	if mpNamespace == "" {
-		mpNamespace = DefaultMountpointNamespace
+		mpNamespace = mppod.DefaultNamespace
 	}
 	return &Options{
 		CommonOptions:             servicecmd.NewCommonOptions(":8082"),
 		LeaderElectionOptions:     servicecmd.NewLeaderElectionOptions(),
 		MountpointNamespace:       mpNamespace,
-		DriverVersion:             envOr("DRIVER_VERSION", DefaultDriverVersion),
+		DriverVersion:             envOr("DRIVER_VERSION", version.Version),
 		MaxConcurrentReconciles:   DefaultMaxConcurrentReconciles,
 		ResyncPeriod:              DefaultResyncPeriod,
 		StallTimeout:              DefaultStallTimeout,

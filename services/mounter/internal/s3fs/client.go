@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
 	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
@@ -16,7 +17,11 @@ import (
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/s3csi/s3csi/shared/mountargs"
+	"github.com/s3csi/s3csi/shared/version"
 )
+
+// userAgentKey names the mounter in the User-Agent of its S3 requests, followed by its version.
+const userAgentKey = "s3csi-mounter"
 
 // newClient builds the S3 client of one mount.
 //
@@ -84,5 +89,7 @@ func newClient(ctx context.Context, opts *mountargs.Options, creds aws.Credentia
 		if opts.UserAgentPrefix != "" {
 			o.AppID = opts.UserAgentPrefix
 		}
+		// The endpoint's logs tell which driver version sent a request.
+		o.APIOptions = append(o.APIOptions, awsmiddleware.AddUserAgentKeyValue(userAgentKey, version.Version))
 	}), nil
 }

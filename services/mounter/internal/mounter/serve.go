@@ -1,6 +1,7 @@
-package handshake
+package mounter
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -10,6 +11,8 @@ import (
 
 	"github.com/go-logr/logr"
 	"golang.org/x/sys/unix"
+
+	"github.com/s3csi/s3csi/shared/handshake"
 )
 
 // requestTimeout bounds the time a connected peer may take to send its request.
@@ -21,7 +24,7 @@ type Engine interface {
 	// mounted, and returns once the filesystem answers requests. Mount owns fd: it closes it on
 	// error and when the filesystem stops. The returned error text is shown to the operator
 	// (as the NodePublishVolume error), so it must say what is wrong and never hold secrets.
-	Mount(ctx context.Context, fd int, req *Request) (Mounted, error)
+	Mount(ctx context.Context, fd int, req *handshake.Request) (Mounted, error)
 }
 
 // Mounted is a serving filesystem.
@@ -86,7 +89,7 @@ func handle(ctx context.Context, conn *net.UnixConn, engine Engine) (Mounted, er
 	_ = conn.SetDeadline(time.Now().Add(requestTimeout))
 	req, fd, err := receive(conn)
 	if err == nil {
-		err = validateRequest(req)
+		err = handshake.ValidateRequest(req)
 		if err != nil && fd >= 0 {
 			_ = unix.Close(fd)
 		}
@@ -105,7 +108,7 @@ func handle(ctx context.Context, conn *net.UnixConn, engine Engine) (Mounted, er
 }
 
 func answer(conn *net.UnixConn, msg string) {
-	frame, err := encodeFrame(&Response{Version: Version, Error: msg})
+	frame, err := handshake.EncodeFrame(&handshake.Response{Version: handshake.Version, Error: msg})
 	if err != nil {
 		return
 	}
@@ -113,8 +116,8 @@ func answer(conn *net.UnixConn, msg string) {
 }
 
 // receive reads one request frame and exactly one attached file descriptor.
-func receive(conn *net.UnixConn) (*Request, int, error) {
-	buf := make([]byte, 4+MaxFrameSize)
+func receive(conn *net.UnixConn) (*handshake.Request, int, error) {
+	buf := make([]byte, 4+handshake.MaxFrameSize)
 	oob := make([]byte, unix.CmsgSpace(4*4))
 	var fds []int
 	got := 0
@@ -135,9 +138,9 @@ func receive(conn *net.UnixConn) (*Request, int, error) {
 		got += n
 		if want < 0 && got >= 4 {
 			size := binary.BigEndian.Uint32(buf[:4])
-			if size > MaxFrameSize {
+			if size > handshake.MaxFrameSize {
 				closeAll(fds)
-				return nil, -1, fmt.Errorf("read mount request: %d bytes exceed %d", size, MaxFrameSize)
+				return nil, -1, fmt.Errorf("read mount request: %d bytes exceed %d", size, handshake.MaxFrameSize)
 			}
 			want = 4 + int(size)
 		}
@@ -146,8 +149,8 @@ func receive(conn *net.UnixConn) (*Request, int, error) {
 		closeAll(fds)
 		return nil, -1, fmt.Errorf("read mount request: want 1 file descriptor, got %d", len(fds))
 	}
-	var req Request
-	if err := decodeBody(bytesReader(buf[4:want]), uint32(want-4), &req); err != nil { //nolint:gosec // bounded
+	var req handshake.Request
+	if err := handshake.DecodeBody(bytes.NewReader(buf[4:want]), uint32(want-4), &req); err != nil { //nolint:gosec // bounded
 		closeAll(fds)
 		return nil, -1, err
 	}

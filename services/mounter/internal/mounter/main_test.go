@@ -1,4 +1,4 @@
-package handshake_test
+package mounter_test
 
 import (
 	"context"
@@ -8,8 +8,8 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/s3csi/s3csi/services/node-agent/internal/fusetest"
-	"github.com/s3csi/s3csi/services/node-agent/internal/mounter"
+	"github.com/s3csi/s3csi/services/mounter/internal/fusetest"
+	"github.com/s3csi/s3csi/services/mounter/internal/mounter"
 )
 
 // mounterEnv makes the test binary run the mounter side, serving the test filesystem, instead

@@ -21,9 +21,8 @@ import (
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
+	"github.com/s3csi/s3csi/shared/mount"
 	"github.com/s3csi/s3csi/shared/mountargs"
-
-	"github.com/s3csi/s3csi/services/node-agent/internal/mount"
 )
 
 // Defaults for values mount-s3's options leave unset.

@@ -12,9 +12,8 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/s3csi/s3csi/shared/handshake"
 	"github.com/s3csi/s3csi/shared/mppod"
-
-	"github.com/s3csi/s3csi/services/node-agent/internal/handshake"
 )
 
 // Run listens on commDir/mount.sock and serves one filesystem through engine until it is
@@ -24,7 +23,7 @@ import (
 //     Pod then ends Succeeded and is deleted);
 //   - 1 otherwise, after writing the error to commDir/mount.err, so that Kubernetes restarts
 //     the container and the node-agent can show the operator why.
-func Run(ctx context.Context, commDir string, engine handshake.Engine) int {
+func Run(ctx context.Context, commDir string, engine Engine) int {
 	log := logr.FromContextOrDiscard(ctx).WithValues("commDir", commDir)
 	err := serve(logr.NewContext(ctx, log), commDir, engine)
 	if exitRequested(commDir) {
@@ -41,7 +40,7 @@ func Run(ctx context.Context, commDir string, engine handshake.Engine) int {
 	return 1
 }
 
-func serve(ctx context.Context, commDir string, engine handshake.Engine) error {
+func serve(ctx context.Context, commDir string, engine Engine) error {
 	sock := filepath.Join(commDir, mppod.MountSockName)
 	if err := os.Remove(sock); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("remove stale socket %s: %w", sock, err)
@@ -54,7 +53,7 @@ func serve(ctx context.Context, commDir string, engine handshake.Engine) error {
 	}
 	defer func() { _ = os.Remove(sock) }()
 	logr.FromContextOrDiscard(ctx).Info("Waiting for the mount request", "socket", sock)
-	return handshake.Serve(ctx, ln, engine)
+	return Serve(ctx, ln, engine)
 }
 
 func exitRequested(commDir string) bool {

@@ -1,4 +1,4 @@
-package handshake_test
+package mounter_test
 
 import (
 	"context"
@@ -10,17 +10,17 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/s3csi/s3csi/shared/handshake"
+	"github.com/s3csi/s3csi/shared/mount"
 	"github.com/s3csi/s3csi/shared/mppod"
 
-	"github.com/s3csi/s3csi/services/node-agent/internal/fusetest"
-	"github.com/s3csi/s3csi/services/node-agent/internal/handshake"
-	"github.com/s3csi/s3csi/services/node-agent/internal/mount"
-	"github.com/s3csi/s3csi/services/node-agent/internal/mounter"
+	"github.com/s3csi/s3csi/services/mounter/internal/fusetest"
+	"github.com/s3csi/s3csi/services/mounter/internal/mounter"
 )
 
 // startMounter runs the mounter side in-process and returns its exit code channel. Only for
 // tests that never read a FUSE mount it serves (see startMounterProcess).
-func startMounter(ctx context.Context, t *testing.T, commDir string, engine handshake.Engine) <-chan int {
+func startMounter(ctx context.Context, t *testing.T, commDir string, engine mounter.Engine) <-chan int {
 	t.Helper()
 	code := make(chan int, 1)
 	go func() { code <- mounter.Run(ctx, commDir, engine) }()
@@ -109,14 +109,5 @@ func TestMounterRefusesAnInvalidRequestAndKeepsListening(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join(dir, mppod.MountErrName))
 	if err != nil || len(b) == 0 {
 		t.Fatalf("mount.err: %q, %v", b, err)
-	}
-}
-
-func TestSendGivesUpWhenNoMounterListens(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	defer cancel()
-	err := handshake.Send(ctx, filepath.Join(t.TempDir(), "mount.sock"), os.Stdin, &handshake.Request{Bucket: "b", MaxRead: 1})
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("err = %v, want deadline exceeded", err)
 	}
 }

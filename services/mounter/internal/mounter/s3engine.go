@@ -10,11 +10,11 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/s3csi/s3csi/shared/handshake"
+	"github.com/s3csi/s3csi/shared/mount"
 	"github.com/s3csi/s3csi/shared/mountargs"
 
-	"github.com/s3csi/s3csi/services/node-agent/internal/handshake"
-	"github.com/s3csi/s3csi/services/node-agent/internal/mount"
-	"github.com/s3csi/s3csi/services/node-agent/internal/s3fs"
+	"github.com/s3csi/s3csi/services/mounter/internal/s3fs"
 )
 
 // allowedEnv are the settings a mount request may give the S3 client. Anything else in a
@@ -35,11 +35,11 @@ type S3Engine struct {
 	Log logr.Logger
 }
 
-// Mount implements handshake.Engine.
-func (e *S3Engine) Mount(ctx context.Context, fd int, req *handshake.Request) (handshake.Mounted, error) {
+// Mount implements Engine.
+func (e *S3Engine) Mount(ctx context.Context, fd int, req *handshake.Request) (Mounted, error) {
 	m, err := e.mount(ctx, fd, req)
 	if err != nil {
-		_ = syscall.Close(fd) // the engine owns fd (handshake.Engine)
+		_ = syscall.Close(fd) // the engine owns fd (Engine)
 		return nil, err
 	}
 	return mounted{m}, nil
@@ -101,7 +101,7 @@ func prepare(commDir string, fd int, req *handshake.Request) (mountargs.Options,
 	return opts, env, nil
 }
 
-// mounted adapts s3fs.Mounted to handshake.Mounted.
+// mounted adapts s3fs.Mounted to Mounted.
 type mounted struct{ m *s3fs.Mounted }
 
 // Wait blocks until the owner unmounted the filesystem.

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/s3csi/s3csi/services/node-agent/internal/handshake"
-	"github.com/s3csi/s3csi/services/node-agent/internal/mount"
+	"github.com/s3csi/s3csi/shared/handshake"
+	"github.com/s3csi/s3csi/shared/mount"
 )
 
 func TestPrepare(t *testing.T) {

@@ -15,12 +15,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
+	"github.com/s3csi/s3csi/shared/handshake"
+	"github.com/s3csi/s3csi/shared/mount"
 	"github.com/s3csi/s3csi/shared/mppod"
 	"github.com/s3csi/s3csi/shared/testenv"
 
-	"github.com/s3csi/s3csi/services/node-agent/internal/credentials"
-	"github.com/s3csi/s3csi/services/node-agent/internal/handshake"
-	"github.com/s3csi/s3csi/services/node-agent/internal/mount"
+	"github.com/s3csi/s3csi/services/mounter/internal/app"
 )
 
 // TestCommDirModeRunsMountS3OnThePassedDescriptor plays the node-agent against a Mountpoint
@@ -30,6 +30,7 @@ import (
 // with the request's options and profile files, that the bucket is served through it, and
 // that the pod exits 0 once the node-agent asked it to and unmounted.
 func TestCommDirModeRunsMountS3OnThePassedDescriptor(t *testing.T) {
+	const profile = "s3csi"
 	if os.Geteuid() != 0 {
 		t.Fatal("this test mounts /dev/fuse: run it as root")
 	}
@@ -46,20 +47,29 @@ func TestCommDirModeRunsMountS3OnThePassedDescriptor(t *testing.T) {
 	record := filepath.Join(dir, "mount-s3.args")
 	script := filepath.Join(dir, "mount-s3")
 	// The stand-in must not follow the engine switch itself, or it would start itself forever.
-	scriptText := fmt.Sprintf("#!/bin/sh\nunset %s\necho \"$@\" > %s\nexec %s \"$@\"\n", engineEnv, record, bin)
+	scriptText := fmt.Sprintf("#!/bin/sh\nunset %s\necho \"$@\" > %s\nexec %s \"$@\"\n", app.EngineEnv, record, bin)
 	if err := os.WriteFile(script, []byte(scriptText), 0o755); err != nil { //nolint:gosec // a test script
 		t.Fatal(err)
 	}
 	pod := startPodMounter(t, bin, script)
-	files, err := credentials.Write(pod.commDir, credentials.Static{AccessKeyID: s.AccessKey, SecretAccessKey: s.SecretKey}, s.Region)
-	if err != nil {
+	// The profile files as the node-agent writes them into the comm dir.
+	configFile, credentialsFile := filepath.Join(mppod.CredentialsName, "config"), filepath.Join(mppod.CredentialsName, "credentials")
+	if err := os.Mkdir(filepath.Join(pod.commDir, mppod.CredentialsName), 0o700); err != nil {
 		t.Fatal(err)
 	}
+	for name, content := range map[string]string{
+		configFile:      fmt.Sprintf("[profile %s]\nregion = %s\n", profile, s.Region),
+		credentialsFile: fmt.Sprintf("[%s]\naws_access_key_id = %s\naws_secret_access_key = %s\n", profile, s.AccessKey, s.SecretKey),
+	} {
+		if err := os.WriteFile(filepath.Join(pod.commDir, name), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 	source := filepath.Join(dir, "source")
-	err = pod.mount(ctx, t, source, &handshake.Request{
+	err := pod.mount(ctx, t, source, &handshake.Request{
 		Bucket: s.Bucket, Args: []string{"--force-path-style", "--allow-root", "--read-only"},
-		Env:        []string{"AWS_PROFILE=" + credentials.Profile, "AWS_REGION=" + s.Region, "AWS_ENDPOINT_URL=" + s.Endpoint},
-		ConfigFile: files.ConfigFile, CredentialsFile: files.CredentialsFile, MaxRead: mount.FUSEMaxRead,
+		Env:        []string{"AWS_PROFILE=" + profile, "AWS_REGION=" + s.Region, "AWS_ENDPOINT_URL=" + s.Endpoint},
+		ConfigFile: configFile, CredentialsFile: credentialsFile, MaxRead: mount.FUSEMaxRead,
 	})
 	if err != nil {
 		t.Fatalf("mount request: %v; mounter output:\n%s", err, pod.output.String())
@@ -134,8 +144,8 @@ func startPodMounter(t *testing.T, bin, script string) *podMounter {
 	if err := os.Mkdir(p.commDir, 0o750); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, commDirFlag+p.commDir)
-	cmd.Env = append(os.Environ(), engineEnv+"="+engineMountS3, mountS3PathEnv+"="+script)
+	cmd := exec.Command(bin, app.CommDirFlag+p.commDir)
+	cmd.Env = append(os.Environ(), app.EngineEnv+"="+app.EngineMountS3, app.MountS3PathEnv+"="+script)
 	cmd.Stdout, cmd.Stderr = p.output, p.output
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -11,7 +11,6 @@
 package handshake
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -35,8 +34,8 @@ type Request = handshakepb.MountRequest
 // Response is the mounter's answer.
 type Response = handshakepb.MountResponse
 
-// validateRequest checks a decoded request.
-func validateRequest(r *Request) error {
+// ValidateRequest checks a decoded request.
+func ValidateRequest(r *Request) error {
 	var errs []error
 	if r.Version != Version {
 		errs = append(errs, fmt.Errorf("protocol version %d, want %d", r.Version, Version))
@@ -63,8 +62,8 @@ func validateRequest(r *Request) error {
 	return nil
 }
 
-// encodeFrame returns v as one frame.
-func encodeFrame(v proto.Message) ([]byte, error) {
+// EncodeFrame returns v as one frame.
+func EncodeFrame(v proto.Message) ([]byte, error) {
 	body, err := proto.Marshal(v)
 	if err != nil {
 		return nil, fmt.Errorf("encode frame: %w", err)
@@ -77,8 +76,8 @@ func encodeFrame(v proto.Message) ([]byte, error) {
 	return append(frame, body...), nil
 }
 
-// decodeBody reads one frame's body from r (the length prefix already read as n) into v.
-func decodeBody(r io.Reader, n uint32, v proto.Message) error {
+// DecodeBody reads one frame's body from r (the length prefix already read as n) into v.
+func DecodeBody(r io.Reader, n uint32, v proto.Message) error {
 	if n > MaxFrameSize {
 		return fmt.Errorf("decode frame: %d bytes exceed %d", n, MaxFrameSize)
 	}
@@ -92,13 +91,11 @@ func decodeBody(r io.Reader, n uint32, v proto.Message) error {
 	return nil
 }
 
-// readFrame reads one whole frame from r into v.
-func readFrame(r io.Reader, v proto.Message) error {
+// ReadFrame reads one whole frame from r into v.
+func ReadFrame(r io.Reader, v proto.Message) error {
 	var head [4]byte
 	if _, err := io.ReadFull(r, head[:]); err != nil {
 		return fmt.Errorf("read frame length: %w", err)
 	}
-	return decodeBody(r, binary.BigEndian.Uint32(head[:]), v)
+	return DecodeBody(r, binary.BigEndian.Uint32(head[:]), v)
 }
-
-func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }

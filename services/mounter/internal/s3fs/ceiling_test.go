@@ -12,7 +12,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 
-	"github.com/s3csi/s3csi/services/node-agent/internal/mount"
+	"github.com/s3csi/s3csi/shared/mount"
 )
 
 // memRoot serves one file, "big.bin", whose content repeats an in-memory block.

@@ -14,7 +14,7 @@ import (
 
 	"github.com/go-logr/logr"
 
-	"github.com/s3csi/s3csi/services/node-agent/internal/handshake"
+	"github.com/s3csi/s3csi/shared/handshake"
 )
 
 // mountS3FD is the descriptor number the FUSE connection has in the mount-s3 process: the first
@@ -43,8 +43,8 @@ type MountS3Engine struct {
 	StartGrace time.Duration
 }
 
-// Mount implements handshake.Engine.
-func (e *MountS3Engine) Mount(ctx context.Context, fd int, req *handshake.Request) (handshake.Mounted, error) {
+// Mount implements Engine.
+func (e *MountS3Engine) Mount(ctx context.Context, fd int, req *handshake.Request) (Mounted, error) {
 	dev := os.NewFile(uintptr(fd), "/dev/fuse")
 	defer func() { _ = dev.Close() }() // the child holds its own copy once started
 	opts, env, err := prepare(e.CommDir, mountS3FD, req)

@@ -1,16 +1,6 @@
-// Command s3csi-mounter is the Mountpoint Pod's FUSE S3 client: `s3csi-mounter [OPTIONS] BUCKET
-// DIRECTORY` with mount-s3's options and semantics, where DIRECTORY may be /dev/fd/N, a
-// /dev/fuse descriptor a privileged process opened, mounted and passed, so that the mounter
-// itself needs no privilege.
-//
-// In a Mountpoint Pod it runs as `s3csi-mounter --comm-dir=DIR`: it listens on DIR/mount.sock
-// for the node-agent's mount request (the /dev/fuse descriptor, bucket and options), serves it,
-// and exits 0 when DIR/mount.exit exists, else writes DIR/mount.err and exits 1.
-//
-// With S3CSI_MOUNTER_ENGINE=mount-s3 it runs AWS's mount-s3 binary (from PATH, or the path in
-// S3CSI_MOUNT_S3_PATH) with the same options instead, in both modes: on the command line it
-// replaces itself with mount-s3; in a Mountpoint Pod it starts mount-s3 on the passed descriptor.
-package main
+// Package app is s3csi-mounter: its two modes (the command line, and the Mountpoint Pod's
+// socket mode) and the engine switch; cmd/s3csi-mounter only calls Run.
+package app
 
 import (
 	"context"
@@ -28,9 +18,8 @@ import (
 	"github.com/s3csi/s3csi/shared/logging"
 	"github.com/s3csi/s3csi/shared/mountargs"
 
-	"github.com/s3csi/s3csi/services/node-agent/internal/handshake"
-	"github.com/s3csi/s3csi/services/node-agent/internal/mounter"
-	"github.com/s3csi/s3csi/services/node-agent/internal/s3fs"
+	"github.com/s3csi/s3csi/services/mounter/internal/mounter"
+	"github.com/s3csi/s3csi/services/mounter/internal/s3fs"
 )
 
 const binary = "s3csi-mounter"
@@ -38,24 +27,21 @@ const binary = "s3csi-mounter"
 // memoryHeadroom is the memory allowed beyond the data buffers (metadata, requests, runtime).
 const memoryHeadroom = 128 << 20
 
-func main() {
-	os.Exit(run())
-}
-
-// run returns 0 after the mount ends, 1 when serving fails and 2 for bad arguments.
-func run() int {
-	if len(os.Args) == 2 && strings.HasPrefix(os.Args[1], commDirFlag) {
-		return serveCommDir(strings.TrimPrefix(os.Args[1], commDirFlag))
+// Run runs s3csi-mounter with args (without the program name) and returns the exit code: 0
+// after the mount ends, 1 when serving fails and 2 for bad arguments.
+func Run(args []string) int {
+	if len(args) == 1 && strings.HasPrefix(args[0], CommDirFlag) {
+		return serveCommDir(strings.TrimPrefix(args[0], CommDirFlag))
 	}
-	if len(os.Args) == 2 && strings.HasPrefix(os.Args[1], autoUnmountFlag) {
-		return watchAndUnmount(strings.TrimPrefix(os.Args[1], autoUnmountFlag))
+	if len(args) == 1 && strings.HasPrefix(args[0], autoUnmountFlag) {
+		return watchAndUnmount(strings.TrimPrefix(args[0], autoUnmountFlag))
 	}
-	opts, err := mountargs.Parse(os.Args[1:])
+	opts, err := mountargs.Parse(args)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\nUsage: %s [OPTIONS] BUCKET DIRECTORY\n", binary, err, binary)
 		return 2
 	}
-	if os.Getenv(engineEnv) == engineMountS3 {
+	if os.Getenv(EngineEnv) == EngineMountS3 {
 		return execMountS3(opts)
 	}
 	if os.Getenv("GOMEMLIMIT") == "" {
@@ -109,13 +95,13 @@ func run() int {
 	return 0
 }
 
-// commDirFlag selects the socket mode of a Mountpoint Pod.
-const commDirFlag = "--comm-dir="
+// CommDirFlag selects the socket mode of a Mountpoint Pod.
+const CommDirFlag = "--comm-dir="
 
 // serveCommDir serves the one mount the node-agent asks for over DIR/mount.sock.
 func serveCommDir(dir string) int {
 	if dir == "" {
-		fmt.Fprintf(os.Stderr, "%s: %sDIR needs a directory\n", binary, commDirFlag)
+		fmt.Fprintf(os.Stderr, "%s: %sDIR needs a directory\n", binary, CommDirFlag)
 		return 2
 	}
 	if os.Getenv("GOMEMLIMIT") == "" {
@@ -124,8 +110,8 @@ func serveCommDir(dir string) int {
 	log := logging.New(logging.NewOptions(), os.Stderr)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	var engine handshake.Engine = &mounter.S3Engine{CommDir: dir, Log: log}
-	if os.Getenv(engineEnv) == engineMountS3 {
+	var engine mounter.Engine = &mounter.S3Engine{CommDir: dir, Log: log}
+	if os.Getenv(EngineEnv) == EngineMountS3 {
 		path, err := mountS3Path()
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "%s: %v\n", binary, err)
@@ -136,20 +122,20 @@ func serveCommDir(dir string) int {
 	return mounter.Run(logr.NewContext(ctx, log), dir, engine)
 }
 
-// The engine switch: engineEnv=engineMountS3 runs AWS's mount-s3 (from PATH, or mountS3PathEnv).
+// The engine switch: EngineEnv=EngineMountS3 runs AWS's mount-s3 (from PATH, or MountS3PathEnv).
 const (
-	engineEnv      = "S3CSI_MOUNTER_ENGINE"
-	engineMountS3  = "mount-s3"
-	mountS3PathEnv = "S3CSI_MOUNT_S3_PATH"
+	EngineEnv      = "S3CSI_MOUNTER_ENGINE"
+	EngineMountS3  = "mount-s3"
+	MountS3PathEnv = "S3CSI_MOUNT_S3_PATH"
 )
 
 func mountS3Path() (string, error) {
-	if path := os.Getenv(mountS3PathEnv); path != "" {
+	if path := os.Getenv(MountS3PathEnv); path != "" {
 		return path, nil
 	}
 	path, err := exec.LookPath("mount-s3")
 	if err != nil {
-		return "", fmt.Errorf("%s=%s but no mount-s3 binary: %w", engineEnv, engineMountS3, err)
+		return "", fmt.Errorf("%s=%s but no mount-s3 binary: %w", EngineEnv, EngineMountS3, err)
 	}
 	return path, nil
 }

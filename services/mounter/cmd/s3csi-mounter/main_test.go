@@ -33,7 +33,7 @@ func buildWorldExecutable(t *testing.T) string {
 	if err := os.Chmod(dir, 0o755); err != nil { //nolint:gosec // the binary must be executable by nobody
 		t.Fatal(err)
 	}
-	bin := filepath.Join(dir, binary)
+	bin := filepath.Join(dir, "s3csi-mounter")
 	out, err := exec.CommandContext(t.Context(), "go", "build", "-o", bin, ".").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)

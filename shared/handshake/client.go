@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"path/filepath"
-	"strconv"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -15,9 +13,6 @@ import (
 
 // dialRetry is the pause between connection attempts while the mounter is not listening yet.
 const dialRetry = 20 * time.Millisecond
-
-// maxSocketPath is the longest path a sockaddr_un holds (108 bytes with its terminating NUL).
-const maxSocketPath = 107
 
 // MounterError is the mounter's own answer: it received the request and could not serve. Its
 // text is the mounter's, for the operator; errors of the exchange itself are not MounterErrors.
@@ -31,7 +26,7 @@ func (e *MounterError) Error() string { return "mounter: " + e.Message }
 // It returns nil when the filesystem serves, a *MounterError when the mounter refused or failed.
 func Send(ctx context.Context, sockPath string, fuse *os.File, req *Request) error {
 	req.Version = Version
-	frame, err := encodeFrame(req)
+	frame, err := EncodeFrame(req)
 	if err != nil {
 		return err
 	}
@@ -52,7 +47,7 @@ func Send(ctx context.Context, sockPath string, fuse *os.File, req *Request) err
 		return fmt.Errorf("send mount request to %s: short write (%d of %d bytes)", sockPath, n, len(frame))
 	}
 	var resp Response
-	if err := readFrame(conn, &resp); err != nil {
+	if err := ReadFrame(conn, &resp); err != nil {
 		return fmt.Errorf("wait for the mounter's answer on %s: %w", sockPath, ctxErr(ctx, err))
 	}
 	if resp.Error != "" {
@@ -91,35 +86,6 @@ func dialOnce(sockPath string) (*net.UnixConn, error) {
 		return err
 	})
 	return conn, err
-}
-
-// Listen listens on sockPath, however long. The caller removes the socket file when done.
-func Listen(sockPath string) (*net.UnixListener, error) {
-	var ln *net.UnixListener
-	err := withShortPath(sockPath, func(p string) error {
-		var err error
-		ln, err = net.ListenUnix("unix", &net.UnixAddr{Name: p, Net: "unix"})
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("listen on %s: %w", sockPath, err)
-	}
-	ln.SetUnlinkOnClose(false)
-	return ln, nil
-}
-
-// withShortPath calls fn with sockPath, or, when it is too long for a socket address, with the
-// same file reached through /proc/self/fd/<parent dir fd>.
-func withShortPath(sockPath string, fn func(string) error) error {
-	if len(sockPath) <= maxSocketPath {
-		return fn(sockPath)
-	}
-	dir, err := os.Open(filepath.Dir(sockPath))
-	if err != nil {
-		return err
-	}
-	defer func() { _ = dir.Close() }()
-	return fn("/proc/self/fd/" + strconv.Itoa(int(dir.Fd())) + "/" + filepath.Base(sockPath))
 }
 
 // ctxErr prefers the context's error over the deadline error it caused.

@@ -5,11 +5,13 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/s3csi/s3csi/shared/testenv"
+	"github.com/s3csi/s3csi/shared/version"
 )
 
 // sha256Hex is a signed payload hash, as opposed to UNSIGNED-PAYLOAD.
@@ -68,5 +70,34 @@ func TestUploadsAreCoveredByASignedChecksum(t *testing.T) {
 				tt.want(t, u.payload, u.crc32c)
 			}
 		})
+	}
+}
+
+// TestRequestsNameTheMounterAndItsVersion checks that every request a mount sends carries
+// s3csi-mounter/<version> in its User-Agent, so the endpoint's logs tell which driver sent it.
+func TestRequestsNameTheMounterAndItsVersion(t *testing.T) {
+	s := testenv.StartS3(t)
+	var mu sync.Mutex
+	var agents []string
+	opts := baseOptions(s)
+	opts.EndpointURL = proxyEndpoint(t, s.Endpoint, func(r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		agents = append(agents, r.Header.Get("User-Agent"))
+	})
+	dir, _ := mountFS(t, s, opts, 30*time.Second)
+	if _, err := os.ReadDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(agents) == 0 {
+		t.Fatal("saw no request")
+	}
+	want := userAgentKey + "/" + version.Version
+	for _, ua := range agents {
+		if !strings.Contains(ua, want) {
+			t.Errorf("User-Agent %q lacks %q", ua, want)
+		}
 	}
 }

@@ -1,5 +1,6 @@
 // Package fusetest is a small real FUSE filesystem for tests of the mount path, served on the
-// FUSE connection the node-agent passes through the handshake. It shows a fixed file, the
+// FUSE connection the node-agent passes through the handshake; cmd/fusetest-mounter serves it as
+// a Mountpoint Pod's mounter for the node-agent's tests. It shows a fixed file, the
 // bucket name, the mount-s3 arguments received, and the content of the credentials file the request names, read afresh on every
 // open, so tests can see a credential rotation through the mount. It stands in for the S3
 // filesystem engine: tests build their engine with NewEngine, the one place to swap.
@@ -16,22 +17,24 @@ import (
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
-	"github.com/s3csi/s3csi/services/node-agent/internal/handshake"
+	"github.com/s3csi/s3csi/shared/handshake"
+	"github.com/s3csi/s3csi/shared/testenv/testfs"
+
+	"github.com/s3csi/s3csi/services/mounter/internal/mounter"
 )
 
-// Names and content of the files the filesystem shows.
+// Names and content of the files the filesystem shows (see package testfs).
 const (
-	HelloName    = "hello.txt"
-	BucketName   = "bucket.txt"
-	ProfileName  = "credentials"
-	ArgsName     = "args.txt"
-	HelloContent = "hello from a real FUSE mount\n"
-	// FailBucket is a bucket the engine refuses to serve, as a real one refuses a missing bucket.
-	FailBucket = "no-such-bucket"
+	HelloName    = testfs.HelloName
+	BucketName   = testfs.BucketName
+	ProfileName  = testfs.ProfileName
+	ArgsName     = testfs.ArgsName
+	HelloContent = testfs.HelloContent
+	FailBucket   = testfs.FailBucket
 )
 
 // NewEngine returns the engine tests mount with; commDir resolves the request's file names.
-func NewEngine(commDir string) handshake.Engine {
+func NewEngine(commDir string) mounter.Engine {
 	return &Engine{CommDir: commDir}
 }
 
@@ -40,8 +43,8 @@ type Engine struct {
 	CommDir string
 }
 
-// Mount implements handshake.Engine.
-func (e *Engine) Mount(_ context.Context, fd int, req *handshake.Request) (handshake.Mounted, error) {
+// Mount implements mounter.Engine.
+func (e *Engine) Mount(_ context.Context, fd int, req *handshake.Request) (mounter.Mounted, error) {
 	if req.Bucket == FailBucket {
 		_ = syscall.Close(fd)
 		return nil, fmt.Errorf("bucket %q does not exist", req.Bucket)
