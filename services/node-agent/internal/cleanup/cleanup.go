@@ -131,6 +131,12 @@ func (c *Cleaner) Clean(ctx context.Context, name string) (string, error) {
 
 func (c *Cleaner) clean(ctx context.Context, name string) (string, error) {
 	log := logr.FromContextOrDiscard(ctx).WithValues("mountpointPod", name)
+	// The name may come from an event: nothing is read or touched for a name that is not a
+	// Mountpoint Pod's, and the source dir is checked to stay under the driver's mnt dir.
+	source, err := mppod.SourceDir(c.kubeletDir, name)
+	if err != nil {
+		return "", err
+	}
 	unlock := c.locks.Lock(name)
 	defer unlock()
 	pod, err := c.pods.Get(ctx, name)
@@ -141,11 +147,14 @@ func (c *Cleaner) clean(ctx context.Context, name string) (string, error) {
 		return OutcomeKept, nil
 	}
 	if pod != nil {
-		if err := requestExit(csi.CommDir(c.kubeletDir, string(pod.UID))); err != nil {
+		commDir, err := csi.CommDir(c.kubeletDir, string(pod.UID))
+		if err != nil {
+			return "", err
+		}
+		if err := requestExit(commDir); err != nil {
 			return "", err
 		}
 	}
-	source := mppod.SourceDir(c.kubeletDir, name)
 	table, err := mount.ReadTable()
 	if err != nil {
 		return "", err
