@@ -31,6 +31,11 @@ const (
 	CredentialsName = "credentials"
 )
 
+// MounterUID is the unprivileged user (and group) the Mountpoint Pod's container runs as. The
+// pod-reconciler sets it in the pod spec; the node-agent accepts a mount.sock only when the
+// process listening on it runs as this uid.
+const MounterUID = 1000
+
 // Name is the Mountpoint Pod name for the first workload of an attachment: "mp-" and the hex
 // SHA-224 of the workload pod UID followed by the PersistentVolume name.
 func Name(workloadPodUID, pvName string) string {

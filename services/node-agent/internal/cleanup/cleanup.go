@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -16,6 +15,7 @@ import (
 	"github.com/s3csi/s3csi/shared/keymutex"
 	"github.com/s3csi/s3csi/shared/mppod"
 
+	"github.com/s3csi/s3csi/services/node-agent/internal/commdir"
 	"github.com/s3csi/s3csi/services/node-agent/internal/csi"
 	"github.com/s3csi/s3csi/services/node-agent/internal/mount"
 )
@@ -176,10 +176,18 @@ func (c *Cleaner) clean(ctx context.Context, name string) (string, error) {
 }
 
 // requestExit writes mount.exit so the mounter exits 0 once its filesystem is unmounted. A
-// missing comm dir means the pod's volumes are gone already.
+// missing comm dir means the pod's volumes are gone already. A symlink the pod planted at
+// mount.exit is replaced, never followed.
 func requestExit(commDir string) error {
-	err := os.WriteFile(filepath.Join(commDir, mppod.MountExitName), nil, 0o600)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
+	dir, err := commdir.Open(commDir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("write %s: %w", mppod.MountExitName, err)
+	}
+	defer func() { _ = dir.Close() }()
+	if err := dir.WriteFile(mppod.MountExitName, nil, 0o600); err != nil {
 		return fmt.Errorf("write %s: %w", mppod.MountExitName, err)
 	}
 	return nil

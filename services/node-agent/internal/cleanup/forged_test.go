@@ -15,6 +15,7 @@ import (
 	"github.com/go-logr/logr/funcr"
 	"github.com/nats-io/nats.go/jetstream"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/s3csi/s3csi/shared/events"
 	"github.com/s3csi/s3csi/shared/events/eventspb"
@@ -224,5 +225,45 @@ func TestCommDirStaysUnderThePodsDir(t *testing.T) {
 				t.Fatalf("CommDir(%q) = %q, %v; want %q", tt.uid, got, err, want)
 			}
 		})
+	}
+}
+
+// unmountPod is a PodReader whose every Mountpoint Pod is marked needs-unmount.
+type unmountPod struct{ uid string }
+
+func (p unmountPod) Get(_ context.Context, name string) (*corev1.Pod, error) {
+	pod := &corev1.Pod{}
+	pod.Name, pod.UID = name, types.UID(p.uid)
+	pod.Annotations = map[string]string{mppod.AnnotationNeedsUnmount: "true"}
+	return pod, nil
+}
+
+func TestCleanDoesNotFollowASymlinkAtMountExit(t *testing.T) {
+	kubelet := testenv.StartKubeletDir(t)
+	uid := "0c2f6e3c-6b8e-4c57-9d36-0e7c4f7f9a11"
+	commDir, err := csi.CommDir(kubelet.Root, uid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(commDir, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	victim := filepath.Join(t.TempDir(), "victim")
+	if err := os.WriteFile(victim, []byte("untouched"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(victim, filepath.Join(commDir, mppod.MountExitName)); err != nil {
+		t.Fatal(err)
+	}
+	cleaner := cleanup.New(kubelet.Root, unmountPod{uid: uid}, &keymutex.Mutex{}, time.Hour, nil)
+	if _, err := cleaner.Clean(context.Background(), mppod.Name(uid, "pv")); err != nil {
+		t.Fatalf("Clean = %v", err)
+	}
+	if b, err := os.ReadFile(victim); err != nil || string(b) != "untouched" {
+		t.Fatalf("the file behind the symlink holds %q (%v), want it untouched", b, err)
+	}
+	fi, err := os.Lstat(filepath.Join(commDir, mppod.MountExitName))
+	if err != nil || !fi.Mode().IsRegular() {
+		t.Fatalf("mount.exit is %v (%v), want a regular file in place of the link", fi.Mode(), err)
 	}
 }

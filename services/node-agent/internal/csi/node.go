@@ -70,6 +70,9 @@ type Config struct {
 	// mount-s3 processes of the v1 (systemd) mounter read it whenever such a mount is
 	// republished.
 	LegacyTokenFile string
+	// MounterUID is the uid Mountpoint Pods run as (mppod.MounterUID); a mount.sock served by a
+	// process of another uid is refused before the FUSE fd or anything else is sent.
+	MounterUID int
 }
 
 // Server implements csi.IdentityServer and csi.NodeServer.

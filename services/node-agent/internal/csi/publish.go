@@ -252,7 +252,7 @@ func (s *Server) mountSource(ctx context.Context, source, commDir string, a *att
 		ConfigFile: files.ConfigFile, CredentialsFile: files.CredentialsFile,
 		MaxRead: mount.FUSEMaxRead, VolumeId: p.VolumeID,
 	}
-	err = handshake.Send(ctx, filepath.Join(commDir, mppod.MountSockName), dev, req)
+	err = handshake.SendTo(ctx, filepath.Join(commDir, mppod.MountSockName), s.cfg.MounterUID, dev, req)
 	if err == nil {
 		// After the mounter answered: the kernel lowers the readahead to what the server
 		// accepts when it answers FUSE_INIT, which offers the readahead the mount had then.
