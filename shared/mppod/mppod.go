@@ -80,12 +80,12 @@ func ValidateName(name string) error {
 // forgotten validation is not enough to escape.
 // Invariant: a nil error means the result is filepath.Clean(base) or below it, lexically.
 func Beneath(base string, elems ...string) (string, error) {
-	base = filepath.Clean(base)
-	for _, e := range elems {
+	for _, e := range append([]string{base}, elems...) {
 		if strings.IndexByte(e, 0) >= 0 {
 			return "", fmt.Errorf("%w: %q holds a NUL byte", ErrOutsideBase, e)
 		}
 	}
+	base = filepath.Clean(base)
 	p := filepath.Join(append([]string{base}, elems...)...)
 	rel, err := filepath.Rel(base, p)
 	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") || filepath.IsAbs(rel) {

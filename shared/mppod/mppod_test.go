@@ -109,6 +109,7 @@ func TestBeneath(t *testing.T) {
 		{"a sibling with the base as prefix is refused", "/a/b", []string{"../bc"}, ""},
 		{"an absolute element stays under the base", "/a/b", []string{"/etc/passwd"}, "/a/b/etc/passwd"},
 		{"a NUL byte is refused", "/a/b", []string{"c\x00d"}, ""},
+		{"a NUL byte in the base is refused", "\x00", []string{"0"}, ""},
 		{"a relative base works the same", "a", []string{"../../x"}, ""},
 	}
 	for _, tt := range tests {
