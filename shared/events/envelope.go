@@ -183,6 +183,9 @@ func checkPayload(s spec, m proto.Message) error {
 	if len(missing) > 0 {
 		return fmt.Errorf("missing required fields %v", missing)
 	}
+	if err := checkNames(r); err != nil {
+		return err
+	}
 	if len(s.anyOf) == 0 {
 		return nil
 	}

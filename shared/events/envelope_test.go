@@ -152,6 +152,76 @@ func TestDecodeRejectsInvalidEvents(t *testing.T) {
 	}
 }
 
+// rawEvent is the structured-mode JSON of an event of type typ with the given data, built by
+// hand as a forger would, bypassing New's checks.
+func rawEvent(t *testing.T, typ events.Type, data map[string]any) []byte {
+	t.Helper()
+	raw, err := json.Marshal(map[string]any{
+		"specversion": "1.0", "id": "forged", "source": "/forger", "type": string(typ),
+		"datacontenttype": "application/json", "data": data,
+	})
+	if err != nil {
+		t.Fatalf("marshal: %v", err)
+	}
+	return raw
+}
+
+func TestDecodeRejectsNamesThatAreNotKubernetesNames(t *testing.T) {
+	const node = "node-a"
+	traversal := "../../../pods/" + uidWeb0 + "/volumes"
+	tests := []struct {
+		name   string
+		typ    events.Type
+		data   map[string]any
+		reason string
+	}{
+		{"a needs-unmount event whose Mountpoint Pod name is a traversal", events.TypeMountpointNeedsUnmount,
+			map[string]any{"node": node, "mountpointPodName": traversal}, "mountpoint_pod_name"},
+		{"a needs-unmount event whose Mountpoint Pod name is mp- and a traversal", events.TypeMountpointNeedsUnmount,
+			map[string]any{"node": node, "mountpointPodName": "mp-/../../../../../../../etc/passwd"}, "mountpoint_pod_name"},
+		{"a needs-unmount event whose Mountpoint Pod UID is a traversal", events.TypeMountpointNeedsUnmount,
+			map[string]any{"node": node, "mountpointPodName": mpName, "mountpointPodUid": "../" + uidMP}, "mountpoint_pod_uid"},
+		{"a needs-unmount event whose PV name is a traversal", events.TypeMountpointNeedsUnmount,
+			map[string]any{"node": node, "mountpointPodName": mpName, "pvName": "../pv"}, "pv_name"},
+		{"an assigned event whose workload UID is not a UUID", events.TypeAttachmentAssigned,
+			map[string]any{"node": node, "pvName": "pv-a", "workloadPodUid": "uid/..", "attachmentName": "s3pa-a", "mountpointPodName": mpName}, "workload_pod_uid"},
+		{"an assigned event whose attachment name has a slash", events.TypeAttachmentAssigned,
+			map[string]any{"node": node, "pvName": "pv-a", "workloadPodUid": uidWeb0, "attachmentName": "s3pa/a", "mountpointPodName": mpName}, "attachment_name"},
+		{"an assigned event whose workload namespace is not a DNS label", events.TypeAttachmentAssigned,
+			map[string]any{"node": node, "pvName": "pv-a", "workloadPodUid": uidWeb0, "attachmentName": "s3pa-a", "mountpointPodName": mpName, "workloadNamespace": "a.b"}, "workload_namespace"},
+		{"a scheduled event whose pod name is a traversal", events.TypeWorkloadScheduled,
+			map[string]any{"node": node, "podNamespace": "default", "podName": "..", "podUid": uidWeb0}, "pod_name"},
+		{"a scheduled event whose volume's PV name is a traversal", events.TypeWorkloadScheduled,
+			map[string]any{"node": node, "podNamespace": "default", "podName": "web-0", "podUid": uidWeb0,
+				"volumes": []any{map[string]any{"pvName": "../../x", "volumeId": "v"}}}, "pv_name"},
+		{"a mount-failed event with one bad workload UID in its list", events.TypeMountFailed,
+			map[string]any{"node": node, "volumeId": "v", "reason": "r", "workloadPodUids": []string{uidWeb0, "../x"}}, "workload_pod_uids"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d, err := events.Decode(rawEvent(t, tt.typ, tt.data))
+			if !errors.Is(err, events.ErrInvalidEvent) {
+				t.Fatalf("Decode = %v, %v; want ErrInvalidEvent", d, err)
+			}
+			if !strings.Contains(err.Error(), tt.reason) {
+				t.Errorf("error %q does not name the field %s", err, tt.reason)
+			}
+		})
+	}
+}
+
+func TestDecodeAcceptsRealNames(t *testing.T) {
+	d, err := events.Decode(rawEvent(t, events.TypeMountpointNeedsUnmount, map[string]any{
+		"node": "node-a", "mountpointPodName": mpName, "mountpointPodUid": uidMP, "pvName": "pvc-1",
+	}))
+	if err != nil {
+		t.Fatalf("Decode of a well-formed needs-unmount event: %v", err)
+	}
+	if got := d.Payload.(*eventspb.MountpointNeedsUnmount).GetMountpointPodName(); got != mpName {
+		t.Fatalf("Mountpoint Pod name %q, want %q", got, mpName)
+	}
+}
+
 func TestDecodeIgnoresUnknownPayloadFields(t *testing.T) {
 	m := envelopeMap(t)
 	m["data"].(map[string]any)["fieldOfANewerProducer"] = "x"

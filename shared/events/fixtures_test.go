@@ -14,39 +14,48 @@ import (
 // testSource is the CloudEvents source of events built by tests.
 const testSource = "/s3csi/events-test"
 
+// Names in test payloads: UIDs are UUIDs and Mountpoint Pod names have mppod.Name's shape, as
+// Decode requires.
+const (
+	uidWeb0 = "3f0c6a2e-58b1-4d2f-9a4e-0c1b2d3e4f50"
+	uidWeb1 = "3f0c6a2e-58b1-4d2f-9a4e-0c1b2d3e4f51"
+	uidMP   = "7d9e1f20-3a4b-4c5d-8e6f-708192a3b4c5"
+	mpName  = "mp-8e132d46ba9cac50eb8bfaf954f50c2d5ad1a4f7fb9032c87e2e38f7"
+)
+
 // payload returns a valid payload of type t about node (ignored for cluster-scoped types),
 // with every field set so round trips cover them all.
 func payload(t events.Type, node string) proto.Message {
 	switch t {
 	case events.TypeWorkloadScheduled:
 		return &eventspb.WorkloadScheduled{Node: node, PodNamespace: "default", PodName: "web-0",
-			PodUid: "uid-web-0", Volumes: []*eventspb.VolumeRef{{PvName: "pv-a", VolumeId: "vol-a"}}}
+			PodUid: uidWeb0, Volumes: []*eventspb.VolumeRef{{PvName: "pv-a", VolumeId: "vol-a"}}}
 	case events.TypeAttachmentAssigned:
 		return &eventspb.AttachmentAssigned{Node: node, PvName: "pv-a", VolumeId: "vol-a",
-			WorkloadPodUid: "uid-web-0", WorkloadNamespace: "default", WorkloadName: "web-0",
-			AttachmentName: "s3pa-abc", MountpointPodName: "mp-abc", ResourceVersion: "42"}
+			WorkloadPodUid: uidWeb0, WorkloadNamespace: "default", WorkloadName: "web-0",
+			AttachmentName: "s3pa-abc", MountpointPodName: mpName, ResourceVersion: "42"}
 	case events.TypeMountpointNeedsUnmount:
-		return &eventspb.MountpointNeedsUnmount{Node: node, MountpointPodName: "mp-abc",
-			MountpointPodUid: "uid-mp-abc", PvName: "pv-a", Reason: "NoWorkload"}
+		return &eventspb.MountpointNeedsUnmount{Node: node, MountpointPodName: mpName,
+			MountpointPodUid: uidMP, PvName: "pv-a", Reason: "NoWorkload"}
 	case events.TypeVolumePublished:
 		return &eventspb.VolumePublished{Node: node, VolumeId: "vol-a", PvName: "pv-a",
-			WorkloadPodUid: "uid-web-0", MountpointPodName: "mp-abc",
-			TargetPath: "/var/lib/kubelet/pods/uid-web-0/volumes/kubernetes.io~csi/pv-a/mount",
+			WorkloadPodUid: uidWeb0, MountpointPodName: mpName,
+			TargetPath: "/var/lib/kubelet/pods/" + uidWeb0 + "/volumes/kubernetes.io~csi/pv-a/mount",
 			ReadOnly:   true, SharedSource: true, DurationMs: 1234}
 	case events.TypeVolumeUnpublished:
-		return &eventspb.VolumeUnpublished{Node: node, VolumeId: "vol-a", WorkloadPodUid: "uid-web-0",
-			TargetPath: "/var/lib/kubelet/pods/uid-web-0/volumes/kubernetes.io~csi/pv-a/mount"}
+		return &eventspb.VolumeUnpublished{Node: node, VolumeId: "vol-a", WorkloadPodUid: uidWeb0,
+			TargetPath: "/var/lib/kubelet/pods/" + uidWeb0 + "/volumes/kubernetes.io~csi/pv-a/mount"}
 	case events.TypeMountFailed:
 		return &eventspb.MountFailed{Node: node, VolumeId: "vol-a", PvName: "pv-a",
-			MountpointPodName: "mp-abc", WorkloadPodUids: []string{"uid-web-0", "uid-web-1"},
-			Reason: "MounterError", Message: "mount-s3 exited 1: read mount.err in pod mount-s3/mp-abc"}
+			MountpointPodName: mpName, WorkloadPodUids: []string{uidWeb0, uidWeb1},
+			Reason: "MounterError", Message: "mount-s3 exited 1: read mount.err in pod mount-s3/" + mpName}
 	case events.TypeVolumeCreated:
 		return &eventspb.VolumeCreated{VolumeId: "vol-a", BucketName: "bucket-a", RequestName: "pvc-123"}
 	case events.TypeVolumeDeleted:
 		return &eventspb.VolumeDeleted{VolumeId: "vol-a", BucketName: "bucket-a", BucketDeleted: true}
 	case events.TypeAttachmentCleaned:
 		return &eventspb.AttachmentCleaned{Node: node, AttachmentName: "s3pa-abc",
-			WorkloadPodUid: "uid-web-0", MountpointPodName: "mp-abc", Reason: "WorkloadGone"}
+			WorkloadPodUid: uidWeb0, MountpointPodName: mpName, Reason: "WorkloadGone"}
 	}
 	panic("payload: unknown type " + string(t))
 }

@@ -8,6 +8,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/s3csi/s3csi/shared/events"
+	"github.com/s3csi/s3csi/shared/events/eventspb"
+	"github.com/s3csi/s3csi/shared/mppod"
 )
 
 // FuzzDecode feeds Decode what could arrive off the bus. Decode must never panic, and whatever
@@ -30,6 +32,9 @@ func FuzzDecode(f *testing.F) {
 		`{"specversion":"1.0","id":"1","source":"/s","type":"io.s3csi.volume.created.v1","datacontenttype":"application/json","data":{"volumeId":"v","bucketName":"b"},"ext":{"a":[1]}}`,
 		`{"specversion":"1.0","id":"1","source":"/s","type":"io.s3csi.volume.created.v1","data_base64":"e30="}`,
 		`{"specversion":"0.3","id":"1","source":"/s","type":"io.s3csi.volume.created.v1","datacontentencoding":"base64","data":"e30="}`,
+		`{"specversion":"1.0","id":"1","source":"/s","type":"io.s3csi.mountpoint.needs-unmount.v1","datacontenttype":"application/json","data":{"node":"n","mountpointPodName":"../../../pods/x/volumes"}}`,
+		`{"specversion":"1.0","id":"1","source":"/s","type":"io.s3csi.mountpoint.needs-unmount.v1","datacontenttype":"application/json","data":{"node":"n","mountpointPodName":"mp-/../../../../../../../../../../../../../etc/passwd"}}`,
+		`{"specversion":"1.0","id":"1","source":"/s","type":"io.s3csi.workload.scheduled.v1","datacontenttype":"application/json","data":{"node":"n","podNamespace":"..","podName":"../x","podUid":"../../y","volumes":[{"pvName":"/etc"}]}}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -45,6 +50,11 @@ func FuzzDecode(f *testing.F) {
 		d2, err := events.Decode(again)
 		if err != nil {
 			t.Fatalf("a re-encoded event does not decode: %v\n%s", err, again)
+		}
+		if p, ok := d.Payload.(*eventspb.MountpointNeedsUnmount); ok {
+			if _, err := mppod.SourceDir("/var/lib/kubelet", p.GetMountpointPodName()); err != nil {
+				t.Fatalf("Decode accepted a Mountpoint Pod name SourceDir refuses: %v", err)
+			}
 		}
 		if d2.Type != d.Type || d2.Event.ID() != d.Event.ID() || !proto.Equal(d2.Payload, d.Payload) {
 			t.Fatalf("round trip changed the event:\n%v\n%v", d, d2)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/s3csi/s3csi/shared/events"
 	"github.com/s3csi/s3csi/shared/events/eventspb"
+	"github.com/s3csi/s3csi/shared/mppod"
 	"github.com/s3csi/s3csi/shared/testenv"
 )
 
@@ -22,7 +23,7 @@ var unmountType = string(events.TypeMountpointNeedsUnmount)
 
 func outboxEvent(t *testing.T, id string) event.Event {
 	t.Helper()
-	e, err := events.New("/test", id, &eventspb.MountpointNeedsUnmount{Node: "node-a", MountpointPodName: "mp-" + id})
+	e, err := events.New("/test", id, &eventspb.MountpointNeedsUnmount{Node: "node-a", MountpointPodName: mppod.Name(id, "pv")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +179,7 @@ func TestOutboxNotifyBuildsAndCountsBadPayloads(t *testing.T) {
 	o := events.NewOutbox(sink, events.OutboxOptions{Source: "/s3csi/test", Metrics: m, Workers: 1})
 	stop := runOutbox(o)
 	defer stop()
-	o.Notify("good", &eventspb.MountpointNeedsUnmount{Node: "node-a", MountpointPodName: "mp-1"})
+	o.Notify("good", &eventspb.MountpointNeedsUnmount{Node: "node-a", MountpointPodName: mpName})
 	o.Notify("bad", &eventspb.MountpointNeedsUnmount{Node: "node-a"}) // no Mountpoint Pod name
 	eventually(t, 20*time.Second, "the good event is published", func() bool { return m.Count(unmountType, "published") == 1 })
 	if got := m.Count(unmountType, "failed"); got != 1 {

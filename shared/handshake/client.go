@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/s3csi/s3csi/shared/commdir"
 )
 
 // dialRetry is the pause between connection attempts while the mounter is not listening yet.
@@ -20,11 +23,26 @@ type MounterError struct{ Message string }
 
 func (e *MounterError) Error() string { return "mounter: " + e.Message }
 
-// Send connects to the mounter's socket, sends req with fuse attached and waits for the answer
-// on the same connection. It retries the connection while the socket is missing or refuses
-// (the mounter is starting) until ctx is done; the whole exchange is bounded by ctx.
-// It returns nil when the filesystem serves, a *MounterError when the mounter refused or failed.
+// ErrWrongPeer is returned when the process listening on the socket is not the mounter's user.
+var ErrWrongPeer = errors.New("mounter socket served by another user")
+
+// Send is SendTo with the caller's own uid as the mounter's: for a mounter this process started.
 func Send(ctx context.Context, sockPath string, fuse *os.File, req *Request) error {
+	return SendTo(ctx, sockPath, os.Getuid(), fuse, req)
+}
+
+// SendTo connects to the mounter's socket, checks that the process listening on it runs as
+// mounterUID, sends req with fuse attached and waits for the answer on the same connection. It
+// retries the connection while the socket is missing or refuses (the mounter is starting)
+// until ctx is done; the whole exchange is bounded by ctx. It returns nil when the filesystem
+// serves, a *MounterError when the mounter refused or failed.
+//
+// Problem: the socket lives in a dir the Mountpoint Pod writes: a symlink there, or a socket
+// bound by another process, would receive a FUSE device fd and the volume's credentials paths.
+// Solution: the socket is opened with openat2(RESOLVE_NO_SYMLINKS), checked to be a socket, and
+// connected through its O_PATH handle; the peer's SO_PEERCRED uid must be mounterUID.
+// Invariant: nothing is sent before the peer's uid was checked.
+func SendTo(ctx context.Context, sockPath string, mounterUID int, fuse *os.File, req *Request) error {
 	req.Version = Version
 	frame, err := EncodeFrame(req)
 	if err != nil {
@@ -35,6 +53,9 @@ func Send(ctx context.Context, sockPath string, fuse *os.File, req *Request) err
 		return err
 	}
 	defer func() { _ = conn.Close() }()
+	if err := checkPeer(conn, mounterUID); err != nil {
+		return fmt.Errorf("connect to mounter socket %s: %w", sockPath, err)
+	}
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })
 	defer stop()
 
@@ -78,14 +99,41 @@ func dial(ctx context.Context, sockPath string) (*net.UnixConn, error) {
 	}
 }
 
+// dialOnce connects to the socket without following a symlink at its name (see SendTo).
 func dialOnce(sockPath string) (*net.UnixConn, error) {
-	var conn *net.UnixConn
-	err := withShortPath(sockPath, func(p string) error {
-		var err error
-		conn, err = net.DialUnix("unix", nil, &net.UnixAddr{Name: p, Net: "unix"})
-		return err
-	})
-	return conn, err
+	dir, err := commdir.Open(filepath.Dir(sockPath))
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = dir.Close() }()
+	sock, err := dir.OpenSocket(filepath.Base(sockPath))
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = sock.Close() }()
+	return net.DialUnix("unix", nil, &net.UnixAddr{Name: commdir.SocketPath(sock), Net: "unix"})
+}
+
+// checkPeer compares the uid of the process that bound the socket with want.
+func checkPeer(conn *net.UnixConn, want int) error {
+	raw, err := conn.SyscallConn()
+	if err != nil {
+		return fmt.Errorf("read peer credentials: %w", err)
+	}
+	var cred *unix.Ucred
+	var credErr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, credErr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return fmt.Errorf("read peer credentials: %w", err)
+	}
+	if credErr != nil {
+		return fmt.Errorf("read peer credentials: %w", credErr)
+	}
+	if int(cred.Uid) != want {
+		return fmt.Errorf("%w: the listener (pid %d) runs as uid %d, the mounter as uid %d", ErrWrongPeer, cred.Pid, cred.Uid, want)
+	}
+	return nil
 }
 
 // ctxErr prefers the context's error over the deadline error it caused.

@@ -21,7 +21,7 @@ func NewKubeletDir(parent string) (*KubeletDir, error) {
 	k := &KubeletDir{Root: filepath.Join(parent, "kubelet")}
 	for _, dir := range []string{
 		filepath.Join(k.Root, "pods"),
-		filepath.Join(mppod.PluginDir(k.Root), "mnt"),
+		mppod.SourcesDir(k.Root),
 		k.RegistryDir(),
 	} {
 		if err := os.MkdirAll(dir, 0o750); err != nil {
@@ -46,9 +46,10 @@ func (k *KubeletDir) TargetPath(podUID, pvName string) string {
 	return filepath.Join(k.Root, "pods", podUID, "volumes", "kubernetes.io~csi", pvName, "mount")
 }
 
-// SourceDir is the FUSE mount point of a Mountpoint Pod.
+// SourceDir is the FUSE mount point of a Mountpoint Pod. Unlike mppod.SourceDir it does not
+// validate the name, so tests can name paths a forged name would reach.
 func (k *KubeletDir) SourceDir(mountpointPodName string) string {
-	return mppod.SourceDir(k.Root, mountpointPodName)
+	return filepath.Join(mppod.SourcesDir(k.Root), mountpointPodName)
 }
 
 // RegistryDir is where kubelet looks for plugin registration sockets.

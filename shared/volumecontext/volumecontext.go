@@ -16,6 +16,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/s3csi/s3csi/shared/kubenames"
 )
 
 // Keys of the volume context.
@@ -136,10 +138,13 @@ func (c *Context) set(k, v string) error {
 		c.Resources[k] = q
 	case KeyPodName:
 		c.PodName = v
+		return checkName(kubenames.Pod, v)
 	case KeyPodNamespace:
 		c.PodNamespace = v
+		return checkName(kubenames.Namespace, v)
 	case KeyPodUID:
 		c.PodUID = v
+		return checkName(kubenames.UID, v)
 	case KeyServiceAccountName:
 		c.ServiceAccountName = v
 	default:
@@ -188,4 +193,12 @@ func Loggable(m map[string]string) map[string]string {
 // CSI sidecars reserve.
 func IsKubeletKey(k string) bool {
 	return strings.HasPrefix(k, kubeletKeyPrefix)
+}
+
+// checkName applies check to a podInfoOnMount value; kubelet sends "" when it has none.
+func checkName(check func(string) error, v string) error {
+	if v == "" {
+		return nil
+	}
+	return check(v)
 }

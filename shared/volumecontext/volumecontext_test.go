@@ -27,11 +27,11 @@ func TestParseAcceptsScalityV2Contexts(t *testing.T) {
 		{
 			name: "podInfoOnMount keys are parsed and unknown keys are listed, not refused",
 			in: map[string]string{
-				"bucketName": "b-1", "csi.storage.k8s.io/pod.uid": "u1", "csi.storage.k8s.io/pod.name": "p",
+				"bucketName": "b-1", "csi.storage.k8s.io/pod.uid": "0c2f6e3c-6b8e-4c57-9d36-0e7c4f7f9a11", "csi.storage.k8s.io/pod.name": "p",
 				"csi.storage.k8s.io/pod.namespace": "ns", "csi.storage.k8s.io/serviceAccount.name": "sa", "zz": "1", "aa": "2",
 			},
 			want: volumecontext.Context{
-				BucketName: "b-1", AuthenticationSource: "driver", PodUID: "u1", PodName: "p", PodNamespace: "ns",
+				BucketName: "b-1", AuthenticationSource: "driver", PodUID: "0c2f6e3c-6b8e-4c57-9d36-0e7c4f7f9a11", PodName: "p", PodNamespace: "ns",
 				ServiceAccountName: "sa", Ignored: []string{"aa", "zz"},
 			},
 		},
@@ -64,6 +64,9 @@ func TestParseRefusesBadContextsNamingTheKey(t *testing.T) {
 		{"a bad resource quantity", map[string]string{"bucketName": "abc", "mountpointContainerResourcesLimitsMemory": "lots"}, "mountpointContainerResourcesLimitsMemory"},
 		{"a negative resource quantity", map[string]string{"bucketName": "abc", "mountpointContainerResourcesRequestsCpu": "-1"}, "mountpointContainerResourcesRequestsCpu"},
 		{"a bad service account name", map[string]string{"bucketName": "abc", "mountpointPodServiceAccountName": "Not Valid"}, "mountpointPodServiceAccountName"},
+		{"a pod UID that is a traversal", map[string]string{"bucketName": "abc", "csi.storage.k8s.io/pod.uid": "../../etc"}, "csi.storage.k8s.io/pod.uid"},
+		{"a pod name with a slash", map[string]string{"bucketName": "abc", "csi.storage.k8s.io/pod.name": "web/../0"}, "csi.storage.k8s.io/pod.name"},
+		{"a pod namespace that is not a DNS label", map[string]string{"bucketName": "abc", "csi.storage.k8s.io/pod.namespace": ".."}, "csi.storage.k8s.io/pod.namespace"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -132,10 +135,17 @@ func TestValidateBucketName(t *testing.T) {
 func FuzzParse(f *testing.F) {
 	f.Add("bucketName", "my-bucket", "authenticationSource", "secret")
 	f.Add("bucketName", "a..b", "mountpointContainerResourcesLimitsCpu", "1e3")
+	f.Add("bucketName", "b", "csi.storage.k8s.io/pod.uid", "../../../etc")
+	f.Add("csi.storage.k8s.io/pod.name", "..", "csi.storage.k8s.io/pod.namespace", "a/b")
 	f.Fuzz(func(t *testing.T, k1, v1, k2, v2 string) {
 		c, err := volumecontext.Parse(map[string]string{k1: v1, k2: v2})
 		if err != nil {
 			return
+		}
+		for _, name := range []string{c.PodName, c.PodNamespace, c.PodUID} {
+			if name == "." || name == ".." || strings.ContainsAny(name, "/\x00") {
+				t.Fatalf("Parse accepted %q as a pod name, namespace or UID", name)
+			}
 		}
 		again, err := volumecontext.Parse(c.Map())
 		if err != nil {

@@ -2,6 +2,8 @@ package app
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -194,6 +196,17 @@ func TestOnlyTheLeaderSweeps(t *testing.T) {
 }
 
 // staleAttachment creates an attachment whose only workload never existed, attached long ago.
+// staleMountpointPod is the Mountpoint Pod name of staleAttachment(name): names in events must
+// have the shape mppod.Name gives.
+func staleMountpointPod(name string) string { return mppod.Name(goneUID(name), "pv-"+name) }
+
+// goneUID is a UUID, as event payloads require, derived from name: the UID of a gone workload.
+func goneUID(name string) string {
+	h := sha256.Sum256([]byte(name))
+	x := hex.EncodeToString(h[:16])
+	return x[:8] + "-" + x[8:12] + "-" + x[12:16] + "-" + x[16:20] + "-" + x[20:32]
+}
+
 func staleAttachment(t *testing.T, c client.Client, name, node string) *s3csiv2.MountpointS3PodAttachment {
 	t.Helper()
 	s3pa := &s3csiv2.MountpointS3PodAttachment{
@@ -201,7 +214,7 @@ func staleAttachment(t *testing.T, c client.Client, name, node string) *s3csiv2.
 		Spec: s3csiv2.MountpointS3PodAttachmentSpec{
 			NodeName: node, PersistentVolumeName: "pv-" + name, VolumeID: "bucket-" + name,
 			MountpointS3PodAttachments: map[string][]s3csiv2.WorkloadAttachment{
-				"mp-" + name: {{WorkloadPodUID: "gone-" + name, AttachmentTime: metav1.NewTime(time.Now().Add(-time.Hour))}},
+				staleMountpointPod(name): {{WorkloadPodUID: goneUID(name), AttachmentTime: metav1.NewTime(time.Now().Add(-time.Hour))}},
 			},
 		},
 	}
@@ -289,7 +302,7 @@ func TestBusEventTriggersCleanupAndCleanedEventsCarryTheReason(t *testing.T) {
 	node := "node-a.example.com"
 	mp := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: "mp-s3pa-bus", Namespace: mppod.DefaultNamespace,
+			Name: staleMountpointPod("s3pa-bus"), Namespace: mppod.DefaultNamespace,
 			Labels: map[string]string{s3csiv2.LabelDriverVersion: "test"},
 		},
 		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "mountpoint", Image: "mounter:test"}}},
@@ -304,7 +317,7 @@ func TestBusEventTriggersCleanupAndCleanedEventsCarryTheReason(t *testing.T) {
 		return err
 	})
 	e, err := events.New("/test", "", &eventspb.VolumeUnpublished{
-		Node: node, VolumeId: s3pa.Spec.VolumeID, WorkloadPodUid: "gone-s3pa-bus", TargetPath: "/t",
+		Node: node, VolumeId: s3pa.Spec.VolumeID, WorkloadPodUid: goneUID("s3pa-bus"), TargetPath: "/t",
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -253,7 +253,7 @@ func TestVolumeUnpublishedEventTriggersACheckOfItsNode(t *testing.T) {
 	h.waitCached(s3pa)
 
 	e, err := events.New("/test", "", &eventspb.VolumeUnpublished{
-		Node: node, VolumeId: "v", WorkloadPodUid: "gone", TargetPath: "/t",
+		Node: node, VolumeId: "v", WorkloadPodUid: "0c2f6e3c-6b8e-4c57-9d36-0e7c4f7f9a11", TargetPath: "/t",
 	})
 	if err != nil {
 		t.Fatalf("build event: %v", err)

@@ -126,7 +126,7 @@ func newService(ctx context.Context, opts *options.Options, cfg *rest.Config) (*
 		sink = s.outbox
 	}
 	s.server = csi.NewServer(csi.Config{
-		NodeName: opts.NodeName, DriverVersion: version.Version, KubeletDir: opts.KubeletDir,
+		NodeName: opts.NodeName, DriverVersion: version.Version, KubeletDir: opts.KubeletDir, MounterUID: mppod.MounterUID,
 		MountpointNamespace: opts.MountpointNamespace, DriverCredentials: opts.DriverCredentials,
 		Region: opts.S3Region, EndpointURL: opts.S3EndpointURL, PathStyle: opts.S3PathStyle,
 		LegacyTokenFile: opts.LegacyTokenFile,

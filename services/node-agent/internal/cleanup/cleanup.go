@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -17,6 +16,7 @@ import (
 	"github.com/s3csi/s3csi/shared/mount"
 	"github.com/s3csi/s3csi/shared/mppod"
 
+	"github.com/s3csi/s3csi/shared/commdir"
 	"github.com/s3csi/s3csi/services/node-agent/internal/csi"
 )
 
@@ -131,6 +131,12 @@ func (c *Cleaner) Clean(ctx context.Context, name string) (string, error) {
 
 func (c *Cleaner) clean(ctx context.Context, name string) (string, error) {
 	log := logr.FromContextOrDiscard(ctx).WithValues("mountpointPod", name)
+	// The name may come from an event: nothing is read or touched for a name that is not a
+	// Mountpoint Pod's, and the source dir is checked to stay under the driver's mnt dir.
+	source, err := mppod.SourceDir(c.kubeletDir, name)
+	if err != nil {
+		return "", err
+	}
 	unlock := c.locks.Lock(name)
 	defer unlock()
 	pod, err := c.pods.Get(ctx, name)
@@ -141,11 +147,14 @@ func (c *Cleaner) clean(ctx context.Context, name string) (string, error) {
 		return OutcomeKept, nil
 	}
 	if pod != nil {
-		if err := requestExit(csi.CommDir(c.kubeletDir, string(pod.UID))); err != nil {
+		commDir, err := csi.CommDir(c.kubeletDir, string(pod.UID))
+		if err != nil {
+			return "", err
+		}
+		if err := requestExit(commDir); err != nil {
 			return "", err
 		}
 	}
-	source := mppod.SourceDir(c.kubeletDir, name)
 	table, err := mount.ReadTable()
 	if err != nil {
 		return "", err
@@ -167,10 +176,18 @@ func (c *Cleaner) clean(ctx context.Context, name string) (string, error) {
 }
 
 // requestExit writes mount.exit so the mounter exits 0 once its filesystem is unmounted. A
-// missing comm dir means the pod's volumes are gone already.
+// missing comm dir means the pod's volumes are gone already. A symlink the pod planted at
+// mount.exit is replaced, never followed.
 func requestExit(commDir string) error {
-	err := os.WriteFile(filepath.Join(commDir, mppod.MountExitName), nil, 0o600)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
+	dir, err := commdir.Open(commDir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("write %s: %w", mppod.MountExitName, err)
+	}
+	defer func() { _ = dir.Close() }()
+	if err := dir.WriteFile(mppod.MountExitName, nil, 0o600); err != nil {
 		return fmt.Errorf("write %s: %w", mppod.MountExitName, err)
 	}
 	return nil

@@ -13,6 +13,8 @@ import (
 	"strings"
 
 	"github.com/s3csi/s3csi/shared/mppod"
+
+	"github.com/s3csi/s3csi/shared/commdir"
 )
 
 // Profile is the profile name in the files.
@@ -91,12 +93,19 @@ type Files struct {
 
 // Write writes the profile files into commDir/credentials (dir 0750, files 0640) and returns
 // their names relative to commDir. Each file is written to a temporary name and renamed, so a
-// reader sees the old or the new content, never a partial one.
+// reader sees the old or the new content, never a partial one. The Mountpoint Pod can write the
+// comm dir: a symlink at credentials/ or at a file's name is refused or replaced, never followed.
 func Write(commDir string, creds Static, region string) (Files, error) {
-	dir := filepath.Join(commDir, mppod.CredentialsName)
-	if err := os.MkdirAll(dir, 0o750); err != nil {
+	comm, err := commdir.Open(commDir)
+	if err != nil {
+		return Files{}, fmt.Errorf("write credentials: %w", err)
+	}
+	defer func() { _ = comm.Close() }()
+	dir, err := comm.Subdir(mppod.CredentialsName, 0o750)
+	if err != nil {
 		return Files{}, fmt.Errorf("create credentials dir: %w", err)
 	}
+	defer func() { _ = dir.Close() }()
 	var config strings.Builder
 	fmt.Fprintf(&config, "[profile %s]\n", Profile)
 	if region != "" {
@@ -110,10 +119,10 @@ func Write(commDir string, creds Static, region string) (Files, error) {
 			fmt.Fprintf(&keys, "aws_session_token = %s\n", creds.SessionToken)
 		}
 	}
-	if err := writeAtomic(filepath.Join(dir, ConfigFileName), config.String()); err != nil {
+	if err := dir.WriteFile(ConfigFileName, []byte(config.String()), 0o640); err != nil {
 		return Files{}, err
 	}
-	if err := writeAtomic(filepath.Join(dir, CredentialsFileName), keys.String()); err != nil {
+	if err := dir.WriteFile(CredentialsFileName, []byte(keys.String()), 0o640); err != nil {
 		return Files{}, err
 	}
 	return Files{

@@ -239,7 +239,11 @@ func (n *node) startMountpointPod(ctx context.Context, name string) (*mountpoint
 		return nil, fmt.Errorf("create Mountpoint Pod %s: %w", name, err)
 	}
 	t.Cleanup(func() { _ = apiServer.Client.Delete(context.WithoutCancel(ctx), pod) })
-	mp := &mountpointPod{pod: pod, commDir: csi.CommDir(n.kubelet.Root, string(pod.UID))}
+	commDir, err := csi.CommDir(n.kubelet.Root, string(pod.UID))
+	if err != nil {
+		return nil, err
+	}
+	mp := &mountpointPod{pod: pod, commDir: commDir}
 	t.Cleanup(func() { cleanupMount(t, n.kubelet.SourceDir(name)) })
 	if err := os.MkdirAll(mp.commDir, 0o750); err != nil {
 		return nil, fmt.Errorf("create comm dir: %w", err)

@@ -5,6 +5,7 @@ package csi
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"sync/atomic"
 
@@ -16,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/s3csi/s3csi/shared/keymutex"
+	"github.com/s3csi/s3csi/shared/kubenames"
 	"github.com/s3csi/s3csi/shared/mppod"
 
 	"github.com/s3csi/s3csi/services/node-agent/internal/attach"
@@ -68,6 +70,9 @@ type Config struct {
 	// mount-s3 processes of the v1 (systemd) mounter read it whenever such a mount is
 	// republished.
 	LegacyTokenFile string
+	// MounterUID is the uid Mountpoint Pods run as (mppod.MounterUID); a mount.sock served by a
+	// process of another uid is refused before the FUSE fd or anything else is sent.
+	MounterUID int
 }
 
 // Server implements csi.IdentityServer and csi.NodeServer.
@@ -100,9 +105,17 @@ func (s *Server) SetReady(ready bool) { s.ready.Store(ready) }
 // Ready reports whether SetReady(true) was called.
 func (s *Server) Ready() bool { return s.ready.Load() }
 
-// CommDir is where the node sees a Mountpoint Pod's comm emptyDir.
-func CommDir(kubeletDir, mountpointPodUID string) string {
-	return filepath.Join(kubeletDir, "pods", mountpointPodUID, "volumes", "kubernetes.io~empty-dir", mppod.CommVolumeName)
+// CommDir is where the node sees a Mountpoint Pod's comm emptyDir. The UID comes from the API
+// server; it fails unless it is a UUID and the result stays under the kubelet's pods dir.
+func CommDir(kubeletDir, mountpointPodUID string) (string, error) {
+	if err := kubenames.UID(mountpointPodUID); err != nil {
+		return "", fmt.Errorf("build comm dir: %w", err)
+	}
+	dir, err := mppod.Beneath(filepath.Join(kubeletDir, "pods"), mountpointPodUID, "volumes", "kubernetes.io~empty-dir", mppod.CommVolumeName)
+	if err != nil {
+		return "", fmt.Errorf("build comm dir: %w", err)
+	}
+	return dir, nil
 }
 
 // GetPluginInfo implements csi.IdentityServer.

@@ -76,12 +76,19 @@ func (s *Server) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 
 	unlock := s.mpLocks.Lock(mp)
 	defer unlock()
-	commDir := CommDir(s.cfg.KubeletDir, string(pod.UID))
+	commDir, err := CommDir(s.cfg.KubeletDir, string(pod.UID))
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "Mountpoint Pod %s/%s: %v", s.cfg.MountpointNamespace, mp, err)
+	}
+	source, err := mppod.SourceDir(s.cfg.KubeletDir, mp)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "attachment for pod %s and volume %s names no valid Mountpoint Pod: %v; "+
+			"check the MountpointS3PodAttachment and the pod-reconciler's logs", p.PodUID, p.PVName, err)
+	}
 	files, err := s.writeCredentials(commDir, p)
 	if err != nil {
 		return nil, err
 	}
-	source := mppod.SourceDir(s.cfg.KubeletDir, mp)
 	t = time.Now()
 	shared, err := s.ensureSource(ctx, source, commDir, a, p, files)
 	s.metrics.Phase(metrics.PhaseMount, time.Since(t))
@@ -164,7 +171,11 @@ func (s *Server) republish(ctx context.Context, p *publishRequest) (bool, error)
 	}
 	unlock := s.mpLocks.Lock(mp)
 	defer unlock()
-	if _, err := s.writeCredentials(CommDir(s.cfg.KubeletDir, string(pod.UID)), p); err != nil {
+	commDir, err := CommDir(s.cfg.KubeletDir, string(pod.UID))
+	if err != nil {
+		return false, status.Errorf(codes.Internal, "Mountpoint Pod %s: %v", mp, err)
+	}
+	if _, err := s.writeCredentials(commDir, p); err != nil {
 		return false, err
 	}
 	return true, nil
@@ -172,7 +183,7 @@ func (s *Server) republish(ctx context.Context, p *publishRequest) (bool, error)
 
 // ourSource finds the source mount, under the plugin's mnt dir, that target is a bind of.
 func ourSource(table mount.Table, target mount.Entry, kubeletDir string) (string, bool) {
-	mnt := filepath.Join(mppod.PluginDir(kubeletDir), "mnt")
+	mnt := mppod.SourcesDir(kubeletDir)
 	for _, e := range table {
 		if filepath.Dir(e.MountPoint) == mnt && mount.IsFUSE(e) && mount.SameDevice(e, target) {
 			return e.MountPoint, true
@@ -241,7 +252,7 @@ func (s *Server) mountSource(ctx context.Context, source, commDir string, a *att
 		ConfigFile: files.ConfigFile, CredentialsFile: files.CredentialsFile,
 		MaxRead: mount.FUSEMaxRead, VolumeId: p.VolumeID,
 	}
-	err = handshake.Send(ctx, filepath.Join(commDir, mppod.MountSockName), dev, req)
+	err = handshake.SendTo(ctx, filepath.Join(commDir, mppod.MountSockName), s.cfg.MounterUID, dev, req)
 	if err == nil {
 		// After the mounter answered: the kernel lowers the readahead to what the server
 		// accepts when it answers FUSE_INIT, which offers the readahead the mount had then.

@@ -70,7 +70,11 @@ func (m *Monitor) Check(ctx context.Context) {
 	seen := map[string]bool{}
 	for _, name := range names {
 		seen[name] = true
-		state, _, err := mount.Check(mppod.SourceDir(m.kubeletDir, name))
+		source, err := mppod.SourceDir(m.kubeletDir, name)
+		if err != nil {
+			continue // SourceNames lists valid names only
+		}
+		state, _, err := mount.Check(source)
 		if err != nil || state != mount.Corrupted {
 			delete(m.reported, name)
 			continue

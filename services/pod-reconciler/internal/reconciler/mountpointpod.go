@@ -34,8 +34,8 @@ const (
 	// commMountPath is where the comm emptyDir is mounted in the mounter container.
 	commMountPath = "/comm"
 	// mounterUID is the unprivileged user the mounter runs as (the FUSE device is opened and
-	// mounted by the node-agent, so the mounter needs no privilege).
-	mounterUID = 1000
+	// mounted by the node-agent, so the mounter needs no privilege); the node-agent checks it.
+	mounterUID = mppod.MounterUID
 )
 
 // mounterArgs starts s3csi-mounter in socket mode: it serves mount.sock in the comm dir and
