@@ -182,4 +182,3 @@ func object(t *testing.T, ctx context.Context, bucket, key string) string {
 	}
 	return string(b)
 }
-

@@ -16,8 +16,8 @@ import (
 	"github.com/s3csi/s3csi/shared/mount"
 	"github.com/s3csi/s3csi/shared/mppod"
 
-	"github.com/s3csi/s3csi/shared/commdir"
 	"github.com/s3csi/s3csi/services/node-agent/internal/csi"
+	"github.com/s3csi/s3csi/shared/commdir"
 )
 
 // DefaultPeriod is the period of the fallback sweep.
