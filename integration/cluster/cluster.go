@@ -176,7 +176,7 @@ func (c Config) Down(logf func(string, ...any)) error {
 	}
 	if mps, err := mountsUnder(c.KubeletDir, c.StateDir); err == nil && len(mps) == 0 {
 		for _, dir := range []string{c.KubeletDir, filepath.Join(c.StateDir, "etcd"), filepath.Join(c.StateDir, "containerd"),
-			filepath.Join(c.StateDir, "images"), c.S3DataDir(), c.RunDir, "/var/lib/cni/networks/s3csi"} {
+			filepath.Join(c.StateDir, "images"), filepath.Join(c.StateDir, "installed-images"), c.S3DataDir(), c.RunDir, "/var/lib/cni/networks/s3csi"} {
 			errs = append(errs, os.RemoveAll(dir))
 		}
 	} else {

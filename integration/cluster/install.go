@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
@@ -64,7 +66,49 @@ stringData: {access_key_id: %[3]q, secret_access_key: %[4]q}
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("helm %s: %w:\n%s", strings.Join(args[:3], " "), err, out.String())
 	}
+	if err := c.restartOnNewImages(ctx, logf); err != nil {
+		return err
+	}
 	logf("chart installed (release %s in namespace %s) in %v", ReleaseName, ReleaseNamespace, time.Since(t).Round(100*time.Millisecond))
+	return nil
+}
+
+// restartOnNewImages restarts the release's workloads when the images loaded into the cluster
+// changed since the last install.
+//
+// Problem: a rebuilt image keeps its tag (the chart's appVersion), so `helm upgrade` sees an
+// unchanged pod template and the running pods keep the old binaries.
+// Solution: remember the content of the loaded images at each install; when it differs, roll
+// the release's Deployments, DaemonSet and StatefulSet and wait for them.
+// Invariant: after InstallChart, every pod of the release runs the images last loaded.
+func (c Config) restartOnNewImages(ctx context.Context, logf func(string, ...any)) error {
+	records, err := filepath.Glob(filepath.Join(c.StateDir, "images", "*.sha256"))
+	if err != nil {
+		return fmt.Errorf("list loaded images: %w", err)
+	}
+	h := sha256.New()
+	for _, r := range records { // Glob sorts.
+		b, err := os.ReadFile(r)
+		if err != nil {
+			return fmt.Errorf("read loaded image record: %w", err)
+		}
+		fmt.Fprintf(h, "%s %s\n", filepath.Base(r), b)
+	}
+	sum := hex.EncodeToString(h.Sum(nil))
+	marker := filepath.Join(c.StateDir, "installed-images")
+	old, err := os.ReadFile(marker)
+	if err == nil && string(old) != sum {
+		logf("images changed since the last install: restarting the release's workloads")
+		if err := c.kubectlQuiet(ctx, "-n", ReleaseNamespace, "rollout", "restart", "deployment,daemonset,statefulset"); err != nil {
+			return err
+		}
+		if err := c.kubectlQuiet(ctx, "-n", ReleaseNamespace, "rollout", "status", "deployment,daemonset,statefulset", "--timeout=5m"); err != nil {
+			return err
+		}
+	}
+	if err := os.WriteFile(marker, []byte(sum), 0o644); err != nil {
+		return fmt.Errorf("record installed images: %w", err)
+	}
 	return nil
 }
 
