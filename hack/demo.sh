@@ -42,8 +42,9 @@ step "One Mountpoint Pod serves both pods of the claim"
 show kubectl get s3pa
 show kubectl get pods -n mount-s3 -o wide
 
-step "The events of the mount path"
+step "The events of the mount path: the workloads', then the Mountpoint Pods'"
 show kubectl get events -n s3csi-demo --sort-by=.lastTimestamp
+show kubectl get events -n mount-s3 --sort-by=.lastTimestamp
 
 cat <<MSG
 
