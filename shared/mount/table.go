@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 	mountutils "k8s.io/mount-utils"
@@ -87,6 +88,9 @@ const (
 	// Corrupted: something is mounted there but does not answer (ENOTCONN, EIO, ...), e.g. a
 	// FUSE mount whose server died.
 	Corrupted
+	// Hung: a stat of the path did not return within the probe's timeout: a FUSE server that
+	// is stopped or stuck. Only a detach removes such a mount while the server stays so.
+	Hung
 )
 
 func (s State) String() string {
@@ -99,27 +103,38 @@ func (s State) String() string {
 		return "mounted"
 	case Corrupted:
 		return "corrupted"
+	case Hung:
+		return "not answering"
 	}
 	return fmt.Sprintf("State(%d)", int(s))
 }
 
-// Check returns the state of path and its topmost mount entry.
-//
-// Problem: stat of a dead FUSE mount fails (ENOTCONN), and a path can be absent for stat yet
-// still be listed as a mount point.
-// Solution: the mount table decides whether something is mounted; stat only decides whether it
-// answers.
-// Invariant: a path listed in the mount table is never reported Missing or NotMounted.
+// Check returns the state of path and its topmost mount entry; the stat through path takes at
+// most ProbeTimeout (see Stat).
 func Check(path string) (State, Entry, error) {
+	return CheckWithin(path, ProbeTimeout)
+}
+
+// CheckWithin is Check with the stat bounded by timeout.
+//
+// Problem: stat of a dead FUSE mount fails (ENOTCONN), a path can be absent for stat yet
+// still be listed as a mount point, and stat of a stopped FUSE server never returns.
+// Solution: the mount table decides whether something is mounted; a bounded stat only decides
+// whether it answers.
+// Invariant: a path listed in the mount table is never reported Missing or NotMounted, and
+// CheckWithin returns within timeout (plus the read of the mount table, which never reaches a
+// FUSE server).
+func CheckWithin(path string, timeout time.Duration) (State, Entry, error) {
 	path = filepath.Clean(path)
 	table, err := ReadTable()
 	if err != nil {
 		return 0, Entry{}, err
 	}
 	entry, listed := table.Lookup(path)
-	var st unix.Stat_t
-	statErr := unix.Stat(path, &st)
+	_, statErr := Stat(path, timeout)
 	switch {
+	case errors.Is(statErr, ErrNotAnswering):
+		return Hung, entry, nil
 	case listed && statErr == nil:
 		return Mounted, entry, nil
 	case listed:

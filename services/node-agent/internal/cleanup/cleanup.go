@@ -12,12 +12,12 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/s3csi/s3csi/shared/commdir"
 	"github.com/s3csi/s3csi/shared/keymutex"
 	"github.com/s3csi/s3csi/shared/mount"
 	"github.com/s3csi/s3csi/shared/mppod"
 
 	"github.com/s3csi/s3csi/services/node-agent/internal/csi"
-	"github.com/s3csi/s3csi/shared/commdir"
 )
 
 // DefaultPeriod is the period of the fallback sweep.
@@ -48,7 +48,11 @@ type Recorder interface{ Cleanup(outcome string) }
 // reason to force one.
 // Solution: under the Mountpoint Pod's lock (shared with NodePublishVolume): write mount.exit,
 // leave the source alone while any bind of it remains, unmount, re-read the mount table, and
-// only then rmdir the (empty) dir. Nothing is unmounted lazily or on a timeout.
+// only then rmdir the (empty) dir. Nothing is stat-ed through a mount (a stopped FUSE server
+// would hold the lock and the sweep forever): the mount table decides. Nothing is unmounted
+// lazily, except a source that a probe of this process found not answering and is still
+// blocked in (mount.Stuck): that probe keeps it busy until the server answers, which a stopped
+// server never does, and with no bind left nothing else reaches it.
 // Invariant: a source is unmounted only when its pod is gone or marked needs-unmount and no
 // bind of it remains; a dir is removed only when it is no mount point.
 type Cleaner struct {
@@ -164,7 +168,12 @@ func (c *Cleaner) clean(ctx context.Context, name string) (string, error) {
 			log.V(1).Info("Source still bound by workloads; waiting", "binds", len(binds))
 			return OutcomeWaiting, nil
 		}
-		if err := mount.Unmount(source); err != nil {
+		remove := mount.Unmount
+		if mount.Stuck(source) {
+			log.Info("The source's filesystem does not answer; detaching it", "source", source)
+			remove = mount.Detach
+		}
+		if err := remove(source); err != nil {
 			return "", fmt.Errorf("unmount source of %s: %w", name, err)
 		}
 	}

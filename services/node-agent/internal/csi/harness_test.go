@@ -131,7 +131,12 @@ type node struct {
 	realEngine bool
 	// finds counts the node service's one-off attachment reads (republish checks).
 	finds atomic.Int64
+	// mpLocks are the node service's per-Mountpoint-Pod locks, for a cleanup that shares them.
+	mpLocks *keymutex.Mutex
 }
+
+// locks returns the node service's per-Mountpoint-Pod locks.
+func (n *node) locks() *keymutex.Mutex { return n.mpLocks }
 
 // countingWaiter counts the node service's one-off attachment reads.
 type countingWaiter struct {
@@ -156,7 +161,7 @@ type nodeOptions struct {
 func startNode(t testing.TB, o nodeOptions) *node {
 	t.Helper()
 	n := &node{t: t, name: "node-" + string(uuid.NewUUID())[:8], kubelet: testenv.StartKubeletDir(t), logs: &logBuffer{},
-		realEngine: o.s3 != nil}
+		realEngine: o.s3 != nil, mpLocks: &keymutex.Mutex{}}
 	endpoint := ""
 	if o.s3 != nil {
 		endpoint = o.s3.Endpoint
@@ -189,7 +194,7 @@ func startNode(t testing.TB, o nodeOptions) *node {
 		NodeName: n.name, DriverVersion: "test", KubeletDir: n.kubelet.Root,
 		MountpointNamespace: mppod.DefaultNamespace, DriverCredentials: o.driverCreds, Region: "us-east-1",
 		EndpointURL: endpoint, PathStyle: true, LegacyTokenFile: o.legacyTokenFile,
-	}, &countingWaiter{Waiter: n.waiter, finds: &n.finds}, pods, &keymutex.Mutex{}, nil, nil)
+	}, &countingWaiter{Waiter: n.waiter, finds: &n.finds}, pods, n.mpLocks, nil, nil)
 	n.server.SetReady(true)
 	g := csi.NewGRPCServer("unix://"+filepath.Join(t.TempDir(), "csi.sock"), n.server, log, nil)
 	wg.Add(1)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
@@ -74,8 +75,6 @@ func (s *Server) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 			s.cfg.MountpointNamespace, mp, err, s.cfg.MountpointNamespace, mp)
 	}
 
-	unlock := s.mpLocks.Lock(mp)
-	defer unlock()
 	commDir, err := CommDir(s.cfg.KubeletDir, string(pod.UID))
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "Mountpoint Pod %s/%s: %v", s.cfg.MountpointNamespace, mp, err)
@@ -85,18 +84,28 @@ func (s *Server) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 		return nil, status.Errorf(codes.Internal, "attachment for pod %s and volume %s names no valid Mountpoint Pod: %v; "+
 			"check the MountpointS3PodAttachment and the pod-reconciler's logs", p.PodUID, p.PVName, err)
 	}
+	t = time.Now()
+	unlock, probed, err := s.lockProbed(ctx, mp, source)
+	if err != nil {
+		return nil, err
+	}
+	unlockOnce := sync.OnceFunc(unlock)
+	defer unlockOnce()
 	files, err := s.writeCredentials(commDir, p)
 	if err != nil {
 		return nil, err
 	}
-	t = time.Now()
-	shared, err := s.ensureSource(ctx, source, commDir, a, p, files)
+	shared, err := s.ensureSource(ctx, source, probed, commDir, a, p, files)
 	s.metrics.Phase(metrics.PhaseMount, time.Since(t))
 	if err != nil {
 		return nil, err
 	}
 	t = time.Now()
-	err = s.bind(source, p)
+	created, err := s.bind(source, p)
+	unlockOnce()
+	if err == nil {
+		err = s.answers(ctx, p.Target, created)
+	}
 	s.metrics.Phase(metrics.PhaseBind, time.Since(t))
 	if err != nil {
 		return nil, err
@@ -134,6 +143,8 @@ func (s *Server) republish(ctx context.Context, p *publishRequest) (bool, error)
 	switch state {
 	case mount.Missing, mount.NotMounted:
 		return false, nil
+	case mount.Hung:
+		return false, notAnswering(p.Target, s.cfg.MountpointNamespace)
 	case mount.Corrupted:
 		log.Info("Target is a dead mount; replacing it", "target", p.Target)
 		if err := mount.Unmount(p.Target); err != nil {
@@ -154,6 +165,9 @@ func (s *Server) republish(ctx context.Context, p *publishRequest) (bool, error)
 		return false, status.Errorf(codes.FailedPrecondition, "target %s already holds a mount that is not from this driver (%s)", p.Target, entry.FsType)
 	}
 	if err := verify(p.Target, source); err != nil {
+		if errors.Is(err, mount.ErrNotAnswering) {
+			return false, notAnswering(p.Target, s.cfg.MountpointNamespace)
+		}
 		log.Info("Target does not verify; mounting it again", "reason", err.Error())
 		if err := mount.Unmount(p.Target); err != nil {
 			return false, status.Errorf(codes.Internal, "remove unverified mount at %s: %v", p.Target, err)
@@ -169,7 +183,10 @@ func (s *Server) republish(ctx context.Context, p *publishRequest) (bool, error)
 		// The published mount is fine; credentials are refreshed on the next republish.
 		return true, nil
 	}
-	unlock := s.mpLocks.Lock(mp)
+	unlock, err := s.mpLocks.LockContext(ctx, mp)
+	if err != nil {
+		return false, status.Errorf(waitCode(ctx), "wait for Mountpoint Pod %s: %v", mp, err)
+	}
 	defer unlock()
 	commDir, err := CommDir(s.cfg.KubeletDir, string(pod.UID))
 	if err != nil {
@@ -212,14 +229,62 @@ func (s *Server) writeCredentials(commDir string, p *publishRequest) (credential
 	return files, nil
 }
 
-// ensureSource mounts the Mountpoint Pod's filesystem on source unless it is already live.
-// It returns true when the source was already mounted (a shared mount).
-func (s *Server) ensureSource(ctx context.Context, source, commDir string, a *attach.Assignment, p *publishRequest, files credentials.Files) (bool, error) {
-	log := logr.FromContextOrDiscard(ctx)
-	state, entry, err := mount.Check(source)
-	if err != nil {
-		return false, status.Errorf(codes.Internal, "check source %s: %v", source, err)
+// probedSource is what a probe of a source found before its Mountpoint Pod's lock was taken.
+type probedSource struct {
+	state mount.State
+	entry mount.Entry
+}
+
+// lockProbeRounds bounds how often lockProbed probes again when the source changed between its
+// probe and the lock.
+const lockProbeRounds = 3
+
+// lockProbed probes source, then takes the Mountpoint Pod's lock and returns it with what the
+// probe found.
+//
+// Problem: the stat of a source whose FUSE server is stopped blocks for as long as the server
+// is stopped; made under the Mountpoint Pod's lock it would hold every publish and cleanup of
+// that pod, and kubelet's retries would pile up behind it.
+// Solution: the bounded probe (mount.Check) runs before the lock; a source that does not answer
+// fails the publish with UNAVAILABLE. Under the lock only the mount table is read, to check that
+// the source is still the mount the probe saw (same mount id, or still none); when it is not (a
+// concurrent publish or cleanup changed it) the lock is released and the source probed again.
+// Invariant: nothing stats through a FUSE mount while holding a Mountpoint Pod's lock.
+func (s *Server) lockProbed(ctx context.Context, mp, source string) (func(), probedSource, error) {
+	for range lockProbeRounds {
+		state, entry, err := mount.Check(source)
+		if err != nil {
+			return nil, probedSource{}, status.Errorf(codes.Internal, "check source %s: %v", source, err)
+		}
+		if state == mount.Hung {
+			return nil, probedSource{}, status.Errorf(codes.Unavailable,
+				"the filesystem of Mountpoint Pod %s/%s does not answer (stopped or stuck); see kubectl logs -n %s %s, "+
+					"or delete that pod so that a new one serves the volume", s.cfg.MountpointNamespace, mp, s.cfg.MountpointNamespace, mp)
+		}
+		unlock, err := s.mpLocks.LockContext(ctx, mp)
+		if err != nil {
+			return nil, probedSource{}, status.Errorf(waitCode(ctx), "wait for Mountpoint Pod %s: %v", mp, err)
+		}
+		table, err := mount.ReadTable()
+		if err != nil {
+			unlock()
+			return nil, probedSource{}, status.Errorf(codes.Internal, "%v", err)
+		}
+		now, listed := table.Lookup(source)
+		if listed == (entry.MountPoint != "") && (!listed || now.ID == entry.ID) {
+			return unlock, probedSource{state: state, entry: entry}, nil
+		}
+		unlock()
 	}
+	return nil, probedSource{}, status.Errorf(codes.Aborted, "source %s changed while it was checked; retry", source)
+}
+
+// ensureSource mounts the Mountpoint Pod's filesystem on source unless it is already live; the
+// caller probed source and holds the Mountpoint Pod's lock (lockProbed). It returns true when
+// the source was already mounted (a shared mount).
+func (s *Server) ensureSource(ctx context.Context, source string, probed probedSource, commDir string, a *attach.Assignment, p *publishRequest, files credentials.Files) (bool, error) {
+	log := logr.FromContextOrDiscard(ctx)
+	state, entry := probed.state, probed.entry
 	switch state {
 	case mount.Mounted:
 		if mount.IsFUSE(entry) {
@@ -297,8 +362,11 @@ func (s *Server) env() []string {
 	return env
 }
 
-// bind bind-mounts source on the target and verifies it; on failure it leaves nothing behind.
-func (s *Server) bind(source string, p *publishRequest) error {
+// bind bind-mounts source on the target and checks in the mount table that the target is a
+// bind of this driver's FUSE mount at source; on failure it leaves nothing behind. It never
+// stats through the mount (the caller holds the Mountpoint Pod's lock): answers does, after the
+// lock. It returns whether it created the target dir.
+func (s *Server) bind(source string, p *publishRequest) (bool, error) {
 	created := false
 	err := os.Mkdir(p.Target, 0o750)
 	if errors.Is(err, os.ErrNotExist) {
@@ -308,7 +376,7 @@ func (s *Server) bind(source string, p *publishRequest) error {
 	case err == nil:
 		created = true
 	case !errors.Is(err, os.ErrExist):
-		return status.Errorf(codes.Internal, "create target dir: %v", err)
+		return false, status.Errorf(codes.Internal, "create target dir: %v", err)
 	}
 	fail := func(err error) error {
 		_ = mount.Unmount(p.Target)
@@ -318,16 +386,58 @@ func (s *Server) bind(source string, p *publishRequest) error {
 		return status.Errorf(codes.Internal, "%v", err)
 	}
 	if err := mount.BindMount(source, p.Target, p.ReadOnly); err != nil {
-		return fail(err)
+		return false, fail(err)
 	}
-	if err := verify(p.Target, source); err != nil {
-		return fail(err)
+	if err := verifyTable(p.Target, source); err != nil {
+		return false, fail(err)
+	}
+	return created, nil
+}
+
+// answers checks, with a bounded stat, that the filesystem at a just bound target answers; when
+// it does not, it removes the bind (detaching it when the stat timed out, since the blocked
+// probe keeps it busy) and the target dir it created.
+func (s *Server) answers(ctx context.Context, target string, created bool) error {
+	_, err := mount.Stat(target, mount.ProbeTimeout)
+	if err == nil {
+		return nil
+	}
+	remove := mount.Unmount
+	if errors.Is(err, mount.ErrNotAnswering) {
+		remove = mount.Detach
+	}
+	if rerr := remove(target); rerr != nil {
+		logr.FromContextOrDiscard(ctx).Error(rerr, "Removing the unverified bind failed", "target", target)
+	} else if created {
+		_ = mount.RemoveDir(target)
+	}
+	if errors.Is(err, mount.ErrNotAnswering) {
+		return notAnswering(target, s.cfg.MountpointNamespace)
+	}
+	return status.Errorf(codes.Internal, "verify %s: the filesystem does not answer: %v", target, err)
+}
+
+// notAnswering is the error of a publish whose filesystem did not answer a bounded stat.
+func notAnswering(target, namespace string) error {
+	return status.Errorf(codes.Unavailable, "the filesystem at %s does not answer (its Mountpoint Pod is stopped or stuck); "+
+		"see the logs of the Mountpoint Pods in namespace %s, or restart the workload pod", target, namespace)
+}
+
+// verify checks that target is a bind of the live FUSE mount at source; the stat through target
+// is bounded (mount.ErrNotAnswering).
+func verify(target, source string) error {
+	if err := verifyTable(target, source); err != nil {
+		return err
+	}
+	if _, err := mount.Stat(target, mount.ProbeTimeout); err != nil {
+		return fmt.Errorf("verify %s: the filesystem does not answer: %w", target, err)
 	}
 	return nil
 }
 
-// verify checks that target is a bind of the live FUSE mount at source.
-func verify(target, source string) error {
+// verifyTable checks, in the mount table only, that target is a bind of this driver's FUSE
+// mount at source.
+func verifyTable(target, source string) error {
 	table, err := mount.ReadTable()
 	if err != nil {
 		return err
@@ -342,9 +452,6 @@ func verify(target, source string) error {
 	}
 	if !mount.SameDevice(t, src) {
 		return fmt.Errorf("verify %s: not a bind of %s", target, source)
-	}
-	if _, err := os.Stat(target); err != nil {
-		return fmt.Errorf("verify %s: the filesystem does not answer: %w", target, err)
 	}
 	return nil
 }

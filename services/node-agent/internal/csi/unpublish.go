@@ -16,10 +16,16 @@ import (
 // NodeUnpublishVolume implements csi.NodeServer: it removes the target's bind mount and the
 // target dir, and leaves the source to the cleanup.
 //
-// Problem: a target can be missing, never mounted, or a dead FUSE bind (ENOTCONN); failing on
-// any of them keeps the pod Terminating forever.
-// Solution: the mount table, not stat, decides what to unmount; stat errors are not failures.
-// Invariant: every call ends with no mount at the target and no target dir, or an error.
+// Problem: a target can be missing, never mounted, a dead FUSE bind (ENOTCONN) or the bind of
+// a server that does not answer (stopped, stuck), whose stat never returns and which a plain
+// unmount refuses (EBUSY) while anything is blocked in it; failing or hanging on any of them
+// keeps the pod Terminating forever.
+// Solution: the mount table, not stat, decides what to unmount; stat errors are not failures;
+// the target is probed with a bounded stat (mount.Check), and a target whose probe timed out is
+// detached (the only lazy unmount of the node-agent). The dir is then removed with rmdir, which
+// never reaches the detached filesystem.
+// Invariant: every call ends, within the probe's timeout plus the unmount, with no mount at the
+// target and no target dir, or an error.
 func (s *Server) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
 	if req.GetVolumeId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume id is missing")
@@ -36,7 +42,12 @@ func (s *Server) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 	defer release()
 	log := logr.FromContextOrDiscard(ctx).WithValues("volume", req.GetVolumeId(), "pod", podUID)
 	s.compatible.forget(target)
-	if err := mount.Unmount(target); err != nil {
+	if state, _, err := mount.Check(target); err == nil && state == mount.Hung {
+		log.Info("The target's filesystem does not answer; detaching it", "target", target)
+		if err := mount.Detach(target); err != nil {
+			return nil, status.Errorf(codes.Internal, "%v", err)
+		}
+	} else if err := mount.Unmount(target); err != nil {
 		return nil, status.Errorf(codes.Internal, "%v; the target may be in use", err)
 	}
 	if err := mount.RemoveDir(target); err != nil && !os.IsNotExist(err) {

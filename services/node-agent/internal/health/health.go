@@ -35,6 +35,8 @@ type Monitor struct {
 	api                         client.Client
 	sink                        csi.EventSink
 	reported                    map[string]bool
+	// hung are the sources found not answering, logged once per incident.
+	hung map[string]bool
 }
 
 // New returns a Monitor; api must read the API server directly. sink may be nil.
@@ -42,7 +44,7 @@ func New(kubeletDir, node, namespace string, period time.Duration, api client.Cl
 	if period <= 0 {
 		period = DefaultPeriod
 	}
-	return &Monitor{kubeletDir: kubeletDir, node: node, namespace: namespace, period: period, api: api, sink: sink, reported: map[string]bool{}}
+	return &Monitor{kubeletDir: kubeletDir, node: node, namespace: namespace, period: period, api: api, sink: sink, reported: map[string]bool{}, hung: map[string]bool{}}
 }
 
 // Start checks every period until ctx ends.
@@ -59,15 +61,25 @@ func (m *Monitor) Start(ctx context.Context) error {
 	}
 }
 
-// Check looks at every source once and reports each newly dead one.
-func (m *Monitor) Check(ctx context.Context) {
+// Check looks at every source once, reports each newly dead one, and returns the state of
+// each source by Mountpoint Pod name.
+//
+// Problem: the stat of a source whose FUSE server is stopped never returns; one such source
+// would stop the checks of every other source.
+// Solution: every stat is bounded (mount.Check); a source that does not answer is logged once
+// per incident and the next sources are checked. A probe still blocked from an earlier check
+// makes the next check of that source return at once (mount.Stat), so a stopped server costs
+// one timeout per incident, not one per period.
+// Invariant: Check returns within ProbeTimeout per newly stopped server plus the reports.
+func (m *Monitor) Check(ctx context.Context) map[string]mount.State {
 	log := logr.FromContextOrDiscard(ctx)
 	names, err := mppod.SourceNames(m.kubeletDir)
 	if err != nil {
 		log.Error(err, "Checking sources failed")
-		return
+		return nil
 	}
 	seen := map[string]bool{}
+	states := make(map[string]mount.State, len(names))
 	for _, name := range names {
 		seen[name] = true
 		source, err := mppod.SourceDir(m.kubeletDir, name)
@@ -75,6 +87,17 @@ func (m *Monitor) Check(ctx context.Context) {
 			continue // SourceNames lists valid names only
 		}
 		state, _, err := mount.Check(source)
+		if err == nil {
+			states[name] = state
+		}
+		if err == nil && state == mount.Hung {
+			if !m.hung[name] {
+				log.Info("A Mountpoint Pod's filesystem does not answer (stopped or stuck)", "mountpointPod", name)
+			}
+			m.hung[name] = true
+			continue
+		}
+		delete(m.hung, name)
 		if err != nil || state != mount.Corrupted {
 			delete(m.reported, name)
 			continue
@@ -93,6 +116,12 @@ func (m *Monitor) Check(ctx context.Context) {
 			delete(m.reported, name)
 		}
 	}
+	for name := range m.hung {
+		if !seen[name] {
+			delete(m.hung, name)
+		}
+	}
+	return states
 }
 
 // report publishes mount.failed and a Warning Event on each workload of the Mountpoint Pod.

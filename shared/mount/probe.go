@@ -1,0 +1,122 @@
+package mount
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// ProbeTimeout is how long a stat through a mount may take before its filesystem counts as not
+// answering. A FUSE server answers the stat of its root from memory: two seconds is far beyond a
+// busy server's answer and well within kubelet's two-minute timeout of a CSI call.
+const ProbeTimeout = 2 * time.Second
+
+// maxStuckProbes bounds the probes of one path that may still be blocked in the kernel.
+const maxStuckProbes = 1
+
+// ErrNotAnswering is returned by Stat when the filesystem at the path did not answer in time.
+var ErrNotAnswering = errors.New("the filesystem does not answer")
+
+// stuck counts, per cleaned path, the probes still blocked in a stat. It is process-wide because
+// what it accounts for is: goroutines (and their OS threads) of this process that a FUSE server
+// holds in the kernel.
+var stuck = struct {
+	sync.Mutex
+	paths map[string]int
+}{paths: map[string]int{}}
+
+// Stat stats path, waiting at most timeout.
+//
+// Problem: a stat through a FUSE mount whose server is stopped (SIGSTOP, a deadlock, a node
+// under memory pressure) blocks in the kernel until the server answers, and no signal or
+// context can end it; a caller that waits for it hangs, and a caller holding a lock hangs every
+// other caller of that lock.
+// Solution: the stat runs in its own goroutine and the caller returns ErrNotAnswering when the
+// timeout passes. The goroutine stays blocked until the server answers or dies; while a path has
+// maxStuckProbes such goroutines, Stat returns ErrNotAnswering at once without starting another
+// (a probe still blocked is itself the proof that the server does not answer).
+// Invariant: Stat returns within timeout, and a dead server leaks at most maxStuckProbes
+// goroutines per path.
+func Stat(path string, timeout time.Duration) (unix.Stat_t, error) {
+	path = filepath.Clean(path)
+	stuck.Lock()
+	if stuck.paths[path] >= maxStuckProbes {
+		stuck.Unlock()
+		return unix.Stat_t{}, fmt.Errorf("stat %s: %w (an earlier probe is still waiting for it)", path, ErrNotAnswering)
+	}
+	stuck.paths[path]++
+	stuck.Unlock()
+
+	type result struct {
+		st  unix.Stat_t
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		defer func() {
+			stuck.Lock()
+			if stuck.paths[path]--; stuck.paths[path] <= 0 {
+				delete(stuck.paths, path)
+			}
+			stuck.Unlock()
+		}()
+		var r result
+		r.err = unix.Stat(path, &r.st)
+		done <- r
+	}()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case r := <-done:
+		return r.st, r.err
+	case <-timer.C:
+		return unix.Stat_t{}, fmt.Errorf("stat %s: %w within %s", path, ErrNotAnswering, timeout)
+	}
+}
+
+// Stuck reports whether a probe of path is still blocked in the kernel: the filesystem there did
+// not answer and still has not. It never touches path.
+func Stuck(path string) bool {
+	stuck.Lock()
+	defer stuck.Unlock()
+	return stuck.paths[filepath.Clean(path)] > 0
+}
+
+// stuckProbes returns the number of probes of path still blocked, for tests.
+func stuckProbes(path string) int {
+	stuck.Lock()
+	defer stuck.Unlock()
+	return stuck.paths[filepath.Clean(path)]
+}
+
+// Detach removes every mount at path lazily (umount2 MNT_DETACH): the mounts leave the mount
+// table at once and the kernel frees them when their last user is gone.
+//
+// Problem: a bind of a FUSE mount whose server does not answer is busy for as long as any
+// process (a workload, a probe of this process) is blocked in it, so a plain unmount fails with
+// EBUSY until the server answers, which may be never.
+// Solution: detach it; no path leads to it any more, and the blocked calls end when the server
+// answers or dies.
+// Invariant: callers detach only a mount whose probe timed out (Stat returned ErrNotAnswering);
+// every other mount is removed with Unmount, which never detaches.
+func Detach(path string) error {
+	path = filepath.Clean(path)
+	for range maxUnmountRounds {
+		table, err := ReadTable()
+		if err != nil {
+			return err
+		}
+		if _, ok := table.Lookup(path); !ok {
+			return nil
+		}
+		err = unix.Unmount(path, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
+		if err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("detach %s: %w", path, err)
+		}
+	}
+	return fmt.Errorf("detach %s: still mounted after %d attempts", path, maxUnmountRounds)
+}
