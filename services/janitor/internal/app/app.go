@@ -30,7 +30,7 @@ const (
 	// LeaseName is the leader-election Lease.
 	LeaseName = "s3csi-janitor"
 	// ConsumerName is the durable JetStream consumer; replicas share it.
-	ConsumerName = "janitor"
+	ConsumerName = events.JanitorDurable
 	// clientName names the NATS connection in the server's monitoring.
 	clientName = "s3csi-janitor"
 	// eventSource is the CloudEvents source of the janitor's events.
