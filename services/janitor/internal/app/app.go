@@ -134,7 +134,7 @@ func (s *service) build(ctx context.Context, log logr.Logger) (manager.Manager, 
 	var nc *nats.Conn
 	var js jetstream.JetStream
 	if s.opts.NATSURL != "" {
-		if nc, js, err = connect(ctx, s.opts.NATSURL, log); err != nil {
+		if nc, js, err = connect(ctx, s.opts.NATSURL, s.opts.NATSAuth, log); err != nil {
 			return nil, nil, err
 		}
 		ob := events.OutboxFor(js, events.OutboxOptions{Source: eventSource, Metrics: s.events, Log: log})
@@ -168,8 +168,8 @@ func (s *service) cleanupConfig() cleanup.Config {
 	}
 }
 
-func connect(ctx context.Context, url string, log logr.Logger) (*nats.Conn, jetstream.JetStream, error) {
-	nc, err := events.Connect(ctx, url, clientName, log)
+func connect(ctx context.Context, url string, auth events.Auth, log logr.Logger) (*nats.Conn, jetstream.JetStream, error) {
+	nc, err := events.Connect(ctx, url, clientName, log, auth.Options()...)
 	if err != nil {
 		return nil, nil, err
 	}
