@@ -22,8 +22,8 @@ func Services() []Service {
 	return []Service{ServiceCSIController, ServicePodReconciler, ServiceNodeAgent, ServiceJanitor}
 }
 
-// Durable names of the services' JetStream consumers. The node-agent's is per node:
-// NodeAgentDurable(node).
+// JanitorDurable is the durable consumer the janitor's replicas share. The node-agent's is per
+// node: NodeAgentDurable(node).
 const JanitorDurable = "janitor"
 
 // NodeAgentDurable is the durable consumer of the node-agent on node.

@@ -238,7 +238,12 @@ func TestServicesReadOnlyWhatTheyConsume(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- c.Start(ctx) }()
-		defer func() { cancel(); <-done }()
+		defer func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Start returned %v, want nil after its context ended", err)
+			}
+		}()
 		e := mustNew(t, payload(events.TypeAttachmentAssigned, "node-1"))
 		data, _ := events.Encode(e)
 		subject, _ := events.Subject(events.TypeAttachmentAssigned, "node-1")
