@@ -28,7 +28,7 @@ func TestBadValuesAreRefused(t *testing.T) {
 		{"a NATS URL without a scheme is refused", endpoint + "nats:\n  external:\n    url: nats.example.com:4222\n", []string{"/nats/external/url"}},
 		{"an external NATS with authentication but no Secret of passwords is refused naming nats.auth.existingSecret",
 			endpoint + "nats:\n  external:\n    url: nats://nats.example.com:4222\n", []string{"nats.auth.existingSecret"}},
-		{"a misspelt NATS auth value is refused", endpoint + "nats:\n  auth:\n    existingSecrets: x\n", []string{"existingSecrets"}},
+		{"a misspelled NATS auth value is refused", endpoint + "nats:\n  auth:\n    existingSecrets: x\n", []string{"existingSecrets"}},
 		{"a log level above 10 is refused", endpoint + "node:\n  logLevel: 11\n", []string{"/node/logLevel"}},
 		{"an unknown log format is refused", endpoint + "logFormat: xml\n", []string{"/logFormat"}},
 		{"an unknown fsGroupPolicy is refused", endpoint + "csiDriver:\n  fsGroupPolicy: Always\n", []string{"/csiDriver/fsGroupPolicy"}},
