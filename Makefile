@@ -110,10 +110,11 @@ update: generate $(GOLANGCI_LINT) ## Run every generator and formatter, and tidy
 	@for m in $(MODULES); do (cd $$m && GOWORK=off $(GO) mod tidy && GOWORK=off $(GOLANGCI_LINT) fmt ./...); done
 
 .PHONY: generate
-generate: $(CONTROLLER_GEN) $(BUF) $(PROTOC_GEN_GO) ## Generate deepcopy, the CRD (charts/s3csi/crds) and the event protos.
+generate: $(CONTROLLER_GEN) $(BUF) $(PROTOC_GEN_GO) ## Generate deepcopy, the CRD (charts/s3csi/crds), the event protos and the chart's NATS users.
 	cd shared && $(CONTROLLER_GEN) object paths=./api/... \
 	  crd:crdVersions=v1 output:crd:artifacts:config=../charts/s3csi/crds
 	cd proto && $(BUF) lint && $(BUF) generate
+	cd shared && GOWORK=off $(GO) test -count=1 -run '^TestTheChartAuthorizationIsGeneratedFromThePermissions$$' ./events -update
 
 .PHONY: verify
 verify: lint update ## Lint, then fail if `make update` changed or added any file.

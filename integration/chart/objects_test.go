@@ -207,7 +207,7 @@ func TestNATSSettings(t *testing.T) {
 				t.Errorf("%s %s rendered with an external NATS", o.GetKind(), o.GetName())
 			}
 		}
-		assertNATSURL(t, objs, "nats://nats-a.messaging:4222,nats://nats-b.messaging:4222")
+		assertNATSURL(t, objs, "tls://nats-a.messaging:4222,tls://nats-b.messaging:4222")
 	})
 }
 

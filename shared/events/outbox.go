@@ -8,6 +8,7 @@ import (
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/go-logr/logr"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 )
@@ -42,6 +43,8 @@ type OutboxOptions struct {
 	Metrics *OutboxMetrics
 	// Log receives drops and failures.
 	Log logr.Logger
+	// Connect are options of the NATS connection OpenOutbox makes, e.g. Auth.Options().
+	Connect []nats.Option
 }
 
 // Outbox publishes events asynchronously for services whose real work is an API write.
@@ -96,7 +99,7 @@ func OpenOutbox(ctx context.Context, url, name string, opts OutboxOptions) (*Out
 		log.Info("Events disabled: no NATS URL")
 		return NewOutbox(nil, opts), func() {}, nil
 	}
-	nc, err := Connect(ctx, url, name, log)
+	nc, err := Connect(ctx, url, name, log, opts.Connect...)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -24,6 +24,9 @@ type CommonOptions struct {
 	// NATSURL lists the NATS servers, comma separated. Empty disables events: events are only
 	// hints, so the system stays correct without them. Defaults to $NATS_URL.
 	NATSURL string
+	// NATSAuth is the service's NATS user, its password file and the TLS files; see
+	// AddNATSAuthFlags. Secrets are files (a mounted Secret), never flag values.
+	NATSAuth events.Auth
 	// Kubeconfig is a kubeconfig path for running outside a cluster; empty means in-cluster.
 	Kubeconfig string
 	// Logging holds --log-format and --log-level.
@@ -31,20 +34,22 @@ type CommonOptions struct {
 }
 
 // NewCommonOptions returns the defaults for a service whose admin endpoint listens on
-// adminAddr, taking NATS_URL from the environment.
+// adminAddr, taking NATS_URL and the NATS authentication (natsAuthFromEnv) from the environment.
 func NewCommonOptions(adminAddr string) CommonOptions {
 	return CommonOptions{
 		AdminAddr: adminAddr,
 		NATSURL:   os.Getenv("NATS_URL"),
+		NATSAuth:  natsAuthFromEnv(),
 		Logging:   logging.NewOptions(),
 	}
 }
 
-// AddFlags registers --admin-address, --nats-url, --kubeconfig, --log-format and --log-level on
+// AddFlags registers --admin-address, --nats-url, the NATS authentication flags, --kubeconfig, --log-format and --log-level on
 // fs, with the current values as defaults.
 func (o *CommonOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.AdminAddr, "admin-address", o.AdminAddr, "host:port serving /healthz, /readyz and /metrics")
 	fs.StringVar(&o.NATSURL, "nats-url", o.NATSURL, "NATS server URLs, comma separated; empty disables events (env NATS_URL)")
+	o.addNATSAuthFlags(fs)
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "path to a kubeconfig; empty uses the in-cluster configuration")
 	o.Logging.AddFlags(fs)
 }
@@ -59,6 +64,7 @@ func (o *CommonOptions) Validate() error {
 	if err := events.ValidateURLs(o.NATSURL); err != nil {
 		errs = append(errs, fmt.Errorf("--nats-url: %w", err))
 	}
+	errs = append(errs, o.validateNATSAuth()...)
 	if err := o.Logging.Validate(); err != nil {
 		errs = append(errs, err)
 	}

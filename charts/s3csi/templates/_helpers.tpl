@@ -130,3 +130,85 @@ imagePullSecrets:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end }}
+
+{{/* Services on the bus; each is a NATS user and a key of the auth Secret (shared/events.Services). */}}
+{{- define "s3csi.natsServices" -}}
+csi-controller pod-reconciler node-agent janitor
+{{- end }}
+
+{{/* Secret holding the services' NATS passwords. */}}
+{{- define "s3csi.natsAuthSecret" -}}
+{{- if .Values.nats.auth.existingSecret -}}
+{{ .Values.nats.auth.existingSecret }}
+{{- else if .Values.nats.external.url -}}
+{{- fail "nats.auth.existingSecret is required with nats.external.url: a Secret with one key per service (csi-controller, pod-reconciler, node-agent, janitor) holding its NATS password; or set nats.auth.enabled=false" -}}
+{{- else -}}
+s3csi-nats-auth
+{{- end -}}
+{{- end }}
+
+{{/* The NATS user and credential files of one service: call with (dict "root" $ "service" "janitor"). */}}
+{{- define "s3csi.natsAuthEnv" -}}
+{{- if .root.Values.nats.auth.enabled }}
+- name: NATS_USER
+  value: {{ .service }}
+- name: NATS_PASSWORD_FILE
+  value: /etc/s3csi/nats/password
+{{- end }}
+{{- with .root.Values.nats.external.tls }}
+{{- if and $.root.Values.nats.external.url .secretName }}
+- name: NATS_TLS_CA_FILE
+  value: /etc/s3csi/nats-tls/ca.crt
+{{- if .clientCertificate }}
+- name: NATS_TLS_CERT_FILE
+  value: /etc/s3csi/nats-tls/tls.crt
+- name: NATS_TLS_KEY_FILE
+  value: /etc/s3csi/nats-tls/tls.key
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Mounts of s3csi.natsAuthVolumes; same argument. */}}
+{{- define "s3csi.natsAuthVolumeMounts" -}}
+{{- if .root.Values.nats.auth.enabled }}
+- name: nats-auth
+  mountPath: /etc/s3csi/nats
+  readOnly: true
+{{- end }}
+{{- if and .root.Values.nats.external.url .root.Values.nats.external.tls.secretName }}
+- name: nats-tls
+  mountPath: /etc/s3csi/nats-tls
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{/* The service's own password only (one key of the auth Secret), and the TLS files. */}}
+{{- define "s3csi.natsAuthVolumes" -}}
+{{- if .root.Values.nats.auth.enabled }}
+- name: nats-auth
+  secret:
+    secretName: {{ include "s3csi.natsAuthSecret" .root }}
+    defaultMode: 0400
+    items:
+      - key: {{ .service }}
+        path: password
+{{- end }}
+{{- with .root.Values.nats.external.tls }}
+{{- if and $.root.Values.nats.external.url .secretName }}
+- name: nats-tls
+  secret:
+    secretName: {{ .secretName }}
+    defaultMode: 0400
+    items:
+      - key: ca.crt
+        path: ca.crt
+      {{- if .clientCertificate }}
+      - key: tls.crt
+        path: tls.crt
+      - key: tls.key
+        path: tls.key
+      {{- end }}
+{{- end }}
+{{- end }}
+{{- end }}

@@ -22,4 +22,9 @@ cluster {
   ]
 }
 {{- end }}
+{{- if .Values.nats.auth.enabled }}
+# One user per service, passwords from the environment (the Secret), permissions generated
+# from the event catalog (shared/events) into files/nats-authorization.conf.
+{{ .Files.Get "files/nats-authorization.conf" }}
+{{- end }}
 {{- end }}

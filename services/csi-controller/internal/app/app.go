@@ -70,6 +70,7 @@ func newService(ctx context.Context, opts *options.Options, log logr.Logger) (*s
 	}
 	outbox, closeNATS, err := events.OpenOutbox(ctx, opts.NATSURL, clientName, events.OutboxOptions{
 		Source: controller.EventSource, Metrics: eventMetrics, Log: log.WithName("events"),
+		Connect: opts.NATSAuth.Options(),
 	})
 	if err != nil {
 		return nil, err

@@ -30,7 +30,7 @@ const (
 	// LeaseName is the leader-election Lease.
 	LeaseName = "s3csi-janitor"
 	// ConsumerName is the durable JetStream consumer; replicas share it.
-	ConsumerName = "janitor"
+	ConsumerName = events.JanitorDurable
 	// clientName names the NATS connection in the server's monitoring.
 	clientName = "s3csi-janitor"
 	// eventSource is the CloudEvents source of the janitor's events.
@@ -134,7 +134,7 @@ func (s *service) build(ctx context.Context, log logr.Logger) (manager.Manager, 
 	var nc *nats.Conn
 	var js jetstream.JetStream
 	if s.opts.NATSURL != "" {
-		if nc, js, err = connect(ctx, s.opts.NATSURL, log); err != nil {
+		if nc, js, err = connect(ctx, s.opts.NATSURL, s.opts.NATSAuth, log); err != nil {
 			return nil, nil, err
 		}
 		ob := events.OutboxFor(js, events.OutboxOptions{Source: eventSource, Metrics: s.events, Log: log})
@@ -168,8 +168,8 @@ func (s *service) cleanupConfig() cleanup.Config {
 	}
 }
 
-func connect(ctx context.Context, url string, log logr.Logger) (*nats.Conn, jetstream.JetStream, error) {
-	nc, err := events.Connect(ctx, url, clientName, log)
+func connect(ctx context.Context, url string, auth events.Auth, log logr.Logger) (*nats.Conn, jetstream.JetStream, error) {
+	nc, err := events.Connect(ctx, url, clientName, log, auth.Options()...)
 	if err != nil {
 		return nil, nil, err
 	}

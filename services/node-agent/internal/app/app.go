@@ -154,7 +154,8 @@ func newService(ctx context.Context, opts *options.Options, cfg *rest.Config) (*
 func (s *service) connectEvents(ctx context.Context, waiter *attach.Waiter, m *metrics.Metrics,
 	eventMetrics *events.OutboxMetrics, log logr.Logger,
 ) error {
-	nc, err := events.Connect(ctx, s.opts.NATSURL, "s3csi-node-agent/"+s.opts.NodeName, log.WithName("nats"))
+	nc, err := events.Connect(ctx, s.opts.NATSURL, "s3csi-node-agent/"+s.opts.NodeName, log.WithName("nats"),
+		s.opts.NATSAuth.Options()...)
 	if err != nil {
 		return err
 	}

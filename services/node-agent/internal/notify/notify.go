@@ -63,7 +63,7 @@ func (h *Handler) Handle(_ context.Context, d *events.Decoded) error {
 // ConsumerConfig is the durable consumer of node's events.
 func ConsumerConfig(node string) events.ConsumerConfig {
 	return events.ConsumerConfig{
-		Durable:        "node-agent-" + events.NodeToken(node),
+		Durable:        events.NodeAgentDurable(node),
 		FilterSubjects: events.NodeSubjects(node, events.TypeAttachmentAssigned, events.TypeMountpointNeedsUnmount),
 		DeliverPolicy:  jetstream.DeliverNewPolicy,
 		// A wake-up is only useful now; a failed one is never retried for long.

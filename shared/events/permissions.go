@@ -1,0 +1,162 @@
+package events
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Service names a service that connects to the bus; it is also its NATS user name.
+type Service string
+
+// The services on the bus.
+const (
+	ServiceCSIController Service = "csi-controller"
+	ServicePodReconciler Service = "pod-reconciler"
+	ServiceNodeAgent     Service = "node-agent"
+	ServiceJanitor       Service = "janitor"
+)
+
+// Services returns every service on the bus, in a stable order.
+func Services() []Service {
+	return []Service{ServiceCSIController, ServicePodReconciler, ServiceNodeAgent, ServiceJanitor}
+}
+
+// JanitorDurable is the durable consumer the janitor's replicas share. The node-agent's is per
+// node: NodeAgentDurable(node).
+const JanitorDurable = "janitor"
+
+// NodeAgentDurable is the durable consumer of the node-agent on node.
+func NodeAgentDurable(node string) string { return "node-agent-" + NodeToken(node) }
+
+// role is what one service does on the bus: the event types it publishes, the event types its
+// durable consumer reads, and that consumer's durable name as one subject token ("*" when it
+// varies, as the node-agent's does per node).
+type role struct {
+	produces []Type
+	consumes []Type
+	durable  string
+}
+
+// roleOf is a switch rather than a package map so that no package state can be mutated.
+func roleOf(s Service) (role, bool) {
+	switch s {
+	case ServiceCSIController:
+		return role{produces: []Type{TypeVolumeCreated, TypeVolumeDeleted}}, true
+	case ServicePodReconciler:
+		return role{produces: []Type{TypeWorkloadScheduled, TypeAttachmentAssigned, TypeMountpointNeedsUnmount}}, true
+	case ServiceNodeAgent:
+		return role{
+			produces: []Type{TypeVolumePublished, TypeVolumeUnpublished, TypeMountFailed},
+			consumes: []Type{TypeAttachmentAssigned, TypeMountpointNeedsUnmount},
+			durable:  "*",
+		}, true
+	case ServiceJanitor:
+		return role{
+			produces: []Type{TypeMountpointNeedsUnmount, TypeAttachmentCleaned},
+			consumes: []Type{TypeVolumeUnpublished, TypeMountFailed, TypeMountpointNeedsUnmount},
+			durable:  JanitorDurable,
+		}, true
+	}
+	return role{}, false
+}
+
+// Produces returns the event types s publishes (nil for an unknown service).
+func Produces(s Service) []Type { r, _ := roleOf(s); return r.produces }
+
+// Consumes returns the event types the durable consumer of s reads (nil when it has none).
+func Consumes(s Service) []Type { r, _ := roleOf(s); return r.consumes }
+
+// Permissions are the subjects a NATS user may publish to and subscribe to. Deny wins over
+// Allow, as in nats-server.
+type Permissions struct {
+	PublishAllow   []string
+	PublishDeny    []string
+	SubscribeAllow []string
+}
+
+// PermissionsOf returns the NATS permissions of service s, derived from the event catalog.
+//
+// Problem: with an open bus, any client can publish "attachment.assigned" for any node or
+// delete the stream, and every service trusts what it reads.
+// Solution: each service may publish only the event types it produces, call only the
+// JetStream API it uses (stream info/create/update of S3CSI_EVENTS, and its own durable
+// consumer), and subscribe only to replies (_INBOX.>) and the event types it consumes.
+// Invariant: the chart's nats.conf is rendered from these lists (AuthorizationConf), and a
+// test compares the two, so they cannot drift.
+func PermissionsOf(s Service) (Permissions, error) {
+	r, ok := roleOf(s)
+	if !ok {
+		return Permissions{}, fmt.Errorf("look up permissions of service %q: unknown service", s)
+	}
+	api := "$JS.API."
+	p := Permissions{
+		PublishAllow: append(NodeSubjects("", r.produces...),
+			api+"STREAM.INFO."+StreamName,
+			api+"STREAM.CREATE."+StreamName,
+			api+"STREAM.UPDATE."+StreamName,
+		),
+		SubscribeAllow: []string{"_INBOX.>"},
+	}
+	if len(r.consumes) > 0 {
+		c := StreamName + "." + r.durable
+		p.PublishAllow = append(p.PublishAllow,
+			api+"CONSUMER.CREATE."+c, api+"CONSUMER.CREATE."+c+".>",
+			api+"CONSUMER.INFO."+c, api+"CONSUMER.MSG.NEXT."+c,
+			"$JS.ACK."+c+".>",
+		)
+		p.SubscribeAllow = append(p.SubscribeAllow, NodeSubjects("", r.consumes...)...)
+		if r.durable == "*" {
+			// A wildcard durable must never reach another service's consumer.
+			for _, other := range Services() {
+				if o, _ := roleOf(other); o.durable != "" && o.durable != "*" {
+					d := StreamName + "." + o.durable
+					p.PublishDeny = append(p.PublishDeny, api+"CONSUMER.*."+d, api+"CONSUMER.*."+d+".>",
+						api+"CONSUMER.MSG.NEXT."+d, "$JS.ACK."+d+".>")
+				}
+			}
+		}
+	}
+	return p, nil
+}
+
+// PasswordVariable is the nats.conf variable (resolved by nats-server from its environment)
+// holding the password of service s, e.g. S3CSI_NATS_PASSWORD_NODE_AGENT.
+func PasswordVariable(s Service) string {
+	return "S3CSI_NATS_PASSWORD_" + strings.ToUpper(strings.ReplaceAll(string(s), "-", "_"))
+}
+
+// AuthorizationConf renders the nats.conf authorization block: one user per service, named
+// after it, with the password taken from the server's environment (PasswordVariable) and the
+// permissions of PermissionsOf. It holds no secret, so it can be generated into the chart.
+func AuthorizationConf() string {
+	var b strings.Builder
+	b.WriteString("# Generated from shared/events (PermissionsOf) by `make generate`; do not edit.\n")
+	b.WriteString("authorization {\n  users = [\n")
+	for _, s := range Services() {
+		p, _ := PermissionsOf(s)
+		fmt.Fprintf(&b, "    {\n      user: %q\n      password: $%s\n      permissions: {\n", s, PasswordVariable(s))
+		fmt.Fprintf(&b, "        publish: {\n          allow: %s\n", confList(p.PublishAllow, 10))
+		if len(p.PublishDeny) > 0 {
+			fmt.Fprintf(&b, "          deny: %s\n", confList(p.PublishDeny, 10))
+		}
+		fmt.Fprintf(&b, "        }\n        subscribe: {\n          allow: %s\n        }\n      }\n    }\n",
+			confList(p.SubscribeAllow, 10))
+	}
+	b.WriteString("  ]\n}\n")
+	return b.String()
+}
+
+// confList renders subjects as a quoted nats.conf list, one per line, sorted for stable output.
+func confList(subjects []string, indent int) string {
+	s := append([]string(nil), subjects...)
+	sort.Strings(s)
+	pad := strings.Repeat(" ", indent)
+	var b strings.Builder
+	b.WriteString("[\n")
+	for _, v := range s {
+		fmt.Fprintf(&b, "%s  %q\n", pad, v)
+	}
+	b.WriteString(pad + "]")
+	return b.String()
+}
