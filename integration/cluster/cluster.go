@@ -191,7 +191,7 @@ func (c Config) Down(logf func(string, ...any)) error {
 }
 
 // killCgroup SIGKILLs every process whose cgroup path contains the segment, and waits for them
-// to go. It returns how many it signalled.
+// to go. It returns how many it signaled.
 func killCgroup(segment string) int {
 	n := 0
 	for range 20 {

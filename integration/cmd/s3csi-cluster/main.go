@@ -51,7 +51,7 @@ func run(ctx context.Context, args []string) error {
 		if err := cfg.Healthy(ctx); err != nil {
 			return fmt.Errorf("not running: %w", err)
 		}
-		fmt.Println("running")
+		fmt.Fprintln(os.Stdout, "running")
 		return nil
 	case "install":
 		return cfg.InstallChart(ctx, logf, args[1:]...)
@@ -64,7 +64,7 @@ func run(ctx context.Context, args []string) error {
 		}
 		return errors.New("usage: s3csi-cluster make-bucket NAME [KEY TEXT]")
 	case "env":
-		fmt.Printf("export KUBECONFIG=%s\nexport PATH=%s:$PATH\nexport S3CSI_S3_ENDPOINT=%s\nexport S3CSI_S3_DATA_DIR=%s\n",
+		fmt.Fprintf(os.Stdout, "export KUBECONFIG=%s\nexport PATH=%s:$PATH\nexport S3CSI_S3_ENDPOINT=%s\nexport S3CSI_S3_DATA_DIR=%s\n",
 			cfg.Kubeconfig(), cfg.KubeBinDir, cfg.S3Endpoint(), cfg.S3DataDir())
 		return nil
 	}
