@@ -35,12 +35,12 @@ func namespace(t *testing.T, prefix string) string {
 			t.Errorf("delete namespace %s: %v", ns.Name, err)
 			return
 		}
-		eventually(t, ctx, "namespace "+ns.Name+" deleted", func() error {
+		eventually(ctx, t, "namespace "+ns.Name+" deleted", func() error {
 			err := k8s.Get(ctx, client.ObjectKeyFromObject(ns), &corev1.Namespace{})
 			if apierrors.IsNotFound(err) {
 				return nil
 			}
-			return fmt.Errorf("still there (%v)", err)
+			return fmt.Errorf("still there (%w)", err)
 		})
 	})
 	return ns.Name
@@ -76,9 +76,9 @@ func claimVolume(name, claim string) corev1.Volume {
 
 // waitPodDone waits for the pod to succeed and returns its log; a failed pod fails the test with
 // its log and events.
-func waitPodDone(t *testing.T, ctx context.Context, pod *corev1.Pod) string {
+func waitPodDone(ctx context.Context, t *testing.T, pod *corev1.Pod) string {
 	t.Helper()
-	eventually(t, ctx, "pod "+pod.Name+" finished", func() error {
+	eventually(ctx, t, "pod "+pod.Name+" finished", func() error {
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
 			return err
 		}
@@ -86,14 +86,14 @@ func waitPodDone(t *testing.T, ctx context.Context, pod *corev1.Pod) string {
 		case corev1.PodSucceeded:
 			return nil
 		case corev1.PodFailed:
-			t.Fatalf("pod %s failed:\n%s\nevents:\n%s", pod.Name, podLog(t, ctx, pod), podEvents(ctx, pod))
+			t.Fatalf("pod %s failed:\n%s\nevents:\n%s", pod.Name, podLog(ctx, t, pod), podEvents(ctx, pod))
 		}
 		return fmt.Errorf("phase %s; events: %s", pod.Status.Phase, podEvents(ctx, pod))
 	})
-	return podLog(t, ctx, pod)
+	return podLog(ctx, t, pod)
 }
 
-func podLog(t *testing.T, ctx context.Context, pod *corev1.Pod) string {
+func podLog(ctx context.Context, t *testing.T, pod *corev1.Pod) string {
 	t.Helper()
 	rest, err := clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig())
 	if err != nil {
@@ -131,7 +131,7 @@ func podEvents(ctx context.Context, pod *corev1.Pod) string {
 
 // eventually polls check every 250 ms until it returns nil or ctx ends, then fails with the
 // last error.
-func eventually(t *testing.T, ctx context.Context, what string, check func() error) {
+func eventually(ctx context.Context, t *testing.T, what string, check func() error) {
 	t.Helper()
 	var err error
 	for {

@@ -18,8 +18,9 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/s3csi/s3csi/integration/cluster"
 	s3csiv2 "github.com/s3csi/s3csi/shared/api/v2"
+
+	"github.com/s3csi/s3csi/integration/cluster"
 )
 
 var (

@@ -43,9 +43,9 @@ func TestSmokeDynamicAndStaticVolumesThroughKubelet(t *testing.T) {
 		VolumeBindingMode: ptr.To(storagev1.VolumeBindingImmediate),
 		Parameters:        map[string]string{"emptyBucketOnDelete": "true"},
 	}
-	create(t, ctx, sc)
+	create(ctx, t, sc)
 	dyn := fixture.PVC("dyn", fixture.ClaimInNamespace(ns), fixture.WithClaimStorageClass(sc.Name))
-	create(t, ctx, dyn)
+	create(ctx, t, dyn)
 
 	staticBucket := "e2e-static-" + strings.TrimPrefix(ns, "smoke-")
 	if err := cfg.MakeBucket(ctx, staticBucket, "seed.txt", "was here before the volume"); err != nil {
@@ -53,12 +53,12 @@ func TestSmokeDynamicAndStaticVolumesThroughKubelet(t *testing.T) {
 	}
 	pv := fixture.PV("e2e-"+ns, fixture.WithVolumeHandle(staticBucket),
 		fixture.WithVolumeAttribute("bucketName", staticBucket), fixture.PreBoundTo(ns, "static"))
-	create(t, ctx, pv)
+	create(ctx, t, pv)
 	t.Cleanup(func() { _ = k8s.Delete(context.Background(), pv) })
 	static := fixture.PVC("static", fixture.ClaimInNamespace(ns), fixture.WithVolumeName(pv.Name))
-	create(t, ctx, static)
+	create(ctx, t, static)
 
-	dynPV := boundVolume(t, ctx, dyn)
+	dynPV := boundVolume(ctx, t, dyn)
 	dynBucket := dynPV.Spec.CSI.VolumeHandle
 
 	pod := busybox(ns, "rw", strings.Join([]string{
@@ -70,15 +70,15 @@ func TestSmokeDynamicAndStaticVolumesThroughKubelet(t *testing.T) {
 		"echo static: $(cat /static/hello.txt)",
 		"echo seed: $(cat /static/seed.txt)",
 	}, "\n"), claimVolume("dyn", "dyn"), claimVolume("static", "static"))
-	create(t, ctx, pod)
-	out := waitPodDone(t, ctx, pod)
+	create(ctx, t, pod)
+	out := waitPodDone(ctx, t, pod)
 	for _, want := range []string{" /dyn fuse", " /static fuse", "dyn: through-kubelet", "static: through-kubelet", "seed: was here before the volume"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the workload's output lacks %q; it printed:\n%s", want, out)
 		}
 	}
 	for _, bucket := range []string{dynBucket, staticBucket} {
-		if got := object(t, ctx, bucket, "hello.txt"); got != "through-kubelet\n" {
+		if got := object(ctx, t, bucket, "hello.txt"); got != "through-kubelet\n" {
 			t.Errorf("object %s/hello.txt = %q, want the line the pod wrote", bucket, got)
 		}
 	}
@@ -89,7 +89,7 @@ func TestSmokeDynamicAndStaticVolumesThroughKubelet(t *testing.T) {
 		}
 	}
 	pvNames := map[string]bool{pv.Name: true, dynPV.Name: true}
-	eventually(t, ctx, "no attachment or Mountpoint Pod left for the test's volumes", func() error {
+	eventually(ctx, t, "no attachment or Mountpoint Pod left for the test's volumes", func() error {
 		var atts s3csiv2.MountpointS3PodAttachmentList
 		if err := k8s.List(ctx, &atts); err != nil {
 			return err
@@ -112,7 +112,7 @@ func TestSmokeDynamicAndStaticVolumesThroughKubelet(t *testing.T) {
 	})
 	// The pod was the first workload of both volumes, so it named their Mountpoint Pods.
 	sources := []string{mppod.Name(string(pod.UID), pv.Name), mppod.Name(string(pod.UID), dynPV.Name)}
-	eventually(t, ctx, "no mount left under the kubelet dir for the test's pod and volumes", func() error {
+	eventually(ctx, t, "no mount left under the kubelet dir for the test's pod and volumes", func() error {
 		for _, m := range mountsUnder(t, cfg.KubeletDir) {
 			if strings.Contains(m, string(pod.UID)) || strings.Contains(m, sources[0]) || strings.Contains(m, sources[1]) {
 				return fmt.Errorf("still mounted: %s", m)
@@ -120,7 +120,7 @@ func TestSmokeDynamicAndStaticVolumesThroughKubelet(t *testing.T) {
 		}
 		return nil
 	})
-	eventually(t, ctx, "the dynamic bucket "+dynBucket+" deleted", func() error {
+	eventually(ctx, t, "the dynamic bucket "+dynBucket+" deleted", func() error {
 		_, err := cfg.S3Client().HeadBucket(ctx, &s3.HeadBucketInput{Bucket: aws.String(dynBucket)})
 		if err == nil {
 			return errors.New("it still exists")
@@ -131,19 +131,22 @@ func TestSmokeDynamicAndStaticVolumesThroughKubelet(t *testing.T) {
 		}
 		return err
 	})
-	if got := object(t, ctx, staticBucket, "seed.txt"); got != "was here before the volume" {
+	if got := object(ctx, t, staticBucket, "seed.txt"); got != "was here before the volume" {
 		t.Errorf("the static bucket's object = %q after the claim's deletion: a static bucket is never touched", got)
 	}
 }
 
-func create(t *testing.T, ctx context.Context, obj client.Object) {
+func create(ctx context.Context, t *testing.T, obj client.Object) {
 	t.Helper()
 	if err := k8s.Create(ctx, obj); err != nil {
 		t.Fatalf("create %T %s: %v", obj, obj.GetName(), err)
 	}
 	if obj.GetNamespace() == "" {
+		// Cluster-scoped objects outlive the test's namespace: delete them at the end, even
+		// after ctx has expired.
+		cleanupCtx := context.WithoutCancel(ctx)
 		t.Cleanup(func() {
-			if err := k8s.Delete(context.Background(), obj); err != nil && !apierrors.IsNotFound(err) {
+			if err := k8s.Delete(cleanupCtx, obj); err != nil && !apierrors.IsNotFound(err) {
 				t.Errorf("delete %s: %v", obj.GetName(), err)
 			}
 		})
@@ -151,9 +154,9 @@ func create(t *testing.T, ctx context.Context, obj client.Object) {
 }
 
 // boundVolume waits for the claim to be bound and returns its PersistentVolume.
-func boundVolume(t *testing.T, ctx context.Context, pvc *corev1.PersistentVolumeClaim) *corev1.PersistentVolume {
+func boundVolume(ctx context.Context, t *testing.T, pvc *corev1.PersistentVolumeClaim) *corev1.PersistentVolume {
 	t.Helper()
-	eventually(t, ctx, "claim "+pvc.Name+" bound", func() error {
+	eventually(ctx, t, "claim "+pvc.Name+" bound", func() error {
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(pvc), pvc); err != nil {
 			return err
 		}
@@ -169,7 +172,7 @@ func boundVolume(t *testing.T, ctx context.Context, pvc *corev1.PersistentVolume
 	return pv
 }
 
-func object(t *testing.T, ctx context.Context, bucket, key string) string {
+func object(ctx context.Context, t *testing.T, bucket, key string) string {
 	t.Helper()
 	out, err := cfg.S3Client().GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
 	if err != nil {
