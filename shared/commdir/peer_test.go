@@ -11,12 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/s3csi/s3csi/shared/commdir"
 	"github.com/s3csi/s3csi/shared/handshake"
 	"github.com/s3csi/s3csi/shared/mppod"
 	"github.com/s3csi/s3csi/shared/testenv"
 	"github.com/s3csi/s3csi/shared/testenv/testfs"
-
-	"github.com/s3csi/s3csi/shared/commdir"
 )
 
 // nobody is the uid the other-user mounter runs as in these tests.

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/s3csi/s3csi/shared/admin"
+	sharedcsi "github.com/s3csi/s3csi/shared/csiserver"
 	"github.com/s3csi/s3csi/shared/events"
 	"github.com/s3csi/s3csi/shared/s3client"
 
@@ -44,7 +45,7 @@ func Run(ctx context.Context, opts *options.Options) error {
 type service struct {
 	opts      *options.Options
 	admin     *admin.Server
-	csi       *csiserver.Server
+	csi       *sharedcsi.Server
 	outbox    *events.Outbox
 	closeNATS func()
 	metrics   *metrics.Metrics

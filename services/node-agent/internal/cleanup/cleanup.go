@@ -12,12 +12,12 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/s3csi/s3csi/shared/commdir"
 	"github.com/s3csi/s3csi/shared/keymutex"
 	"github.com/s3csi/s3csi/shared/mount"
 	"github.com/s3csi/s3csi/shared/mppod"
 
 	"github.com/s3csi/s3csi/services/node-agent/internal/csi"
-	"github.com/s3csi/s3csi/shared/commdir"
 )
 
 // DefaultPeriod is the period of the fallback sweep.

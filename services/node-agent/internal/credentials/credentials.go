@@ -12,9 +12,8 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/s3csi/s3csi/shared/mppod"
-
 	"github.com/s3csi/s3csi/shared/commdir"
+	"github.com/s3csi/s3csi/shared/mppod"
 )
 
 // Profile is the profile name in the files.

@@ -6,10 +6,10 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/s3csi/s3csi/shared/commdir"
 	"github.com/s3csi/s3csi/shared/mppod"
 
 	"github.com/s3csi/s3csi/services/node-agent/internal/credentials"
-	"github.com/s3csi/s3csi/shared/commdir"
 )
 
 func TestWriteNeverFollowsASymlinkThePodPlanted(t *testing.T) {
