@@ -14,12 +14,28 @@ func newTestOptions() *CommonOptions {
 }
 
 func TestCommonOptionsAddFlags(t *testing.T) {
-	optionstest.FlagTable(t, map[string]string{"NATS_URL": ""}, newTestOptions, []optionstest.FlagCase[*CommonOptions]{
+	optionstest.FlagTable(t, map[string]string{"NATS_URL": "", "NATS_STREAM_REPLICAS": ""}, newTestOptions, []optionstest.FlagCase[*CommonOptions]{
 		{
 			Name: "without flags or environment the defaults apply",
 			Want: func(o *CommonOptions) {
-				*o = CommonOptions{AdminAddr: ":8080", Logging: logging.Options{Format: "json"}}
+				*o = CommonOptions{AdminAddr: ":8080", NATSStreamReplicas: 1, Logging: logging.Options{Format: "json"}}
 			},
+		},
+		{
+			Name: "NATS_STREAM_REPLICAS from the environment is the default",
+			Env:  map[string]string{"NATS_STREAM_REPLICAS": "3"},
+			Want: func(o *CommonOptions) { o.NATSStreamReplicas = 3 },
+		},
+		{
+			Name: "a NATS_STREAM_REPLICAS that is not a number becomes 0, which Validate rejects",
+			Env:  map[string]string{"NATS_STREAM_REPLICAS": "three"},
+			Want: func(o *CommonOptions) { o.NATSStreamReplicas = 0 },
+		},
+		{
+			Name: "the replicas flag overrides the environment",
+			Env:  map[string]string{"NATS_STREAM_REPLICAS": "3"},
+			Args: []string{"--nats-stream-replicas=5"},
+			Want: func(o *CommonOptions) { o.NATSStreamReplicas = 5 },
 		},
 		{
 			Name: "NATS_URL from the environment is the default",
@@ -35,11 +51,12 @@ func TestCommonOptionsAddFlags(t *testing.T) {
 		{
 			Name: "every flag is bound to its field",
 			Args: []string{
-				"--admin-address=127.0.0.1:9000", "--nats-url=nats://n:4222", "--kubeconfig=/k",
+				"--admin-address=127.0.0.1:9000", "--nats-url=nats://n:4222", "--nats-stream-replicas=2", "--kubeconfig=/k",
 				"--log-format=text", "-v=4",
 			},
 			Want: func(o *CommonOptions) {
 				o.AdminAddr, o.NATSURL, o.Kubeconfig = "127.0.0.1:9000", "nats://n:4222", "/k"
+				o.NATSStreamReplicas = 2
 				o.Logging = logging.Options{Format: "text", Verbosity: 4}
 			},
 		},
@@ -52,7 +69,7 @@ func TestCommonOptionsAddFlags(t *testing.T) {
 }
 
 func TestCommonOptionsValidate(t *testing.T) {
-	optionstest.ValidateTable(t, map[string]string{"NATS_URL": ""}, newTestOptions, []optionstest.ValidateCase[*CommonOptions]{
+	optionstest.ValidateTable(t, map[string]string{"NATS_URL": "", "NATS_STREAM_REPLICAS": ""}, newTestOptions, []optionstest.ValidateCase[*CommonOptions]{
 		{Name: "the defaults are valid", Modify: func(*CommonOptions) {}},
 		{Name: "port 0 for tests is valid", Modify: func(o *CommonOptions) { o.AdminAddr = "127.0.0.1:0" }},
 		{Name: "several NATS servers are valid", Modify: func(o *CommonOptions) { o.NATSURL = "nats://a:4222, tls://b:4222" }},
@@ -60,6 +77,10 @@ func TestCommonOptionsValidate(t *testing.T) {
 		{Name: "an empty admin address is rejected", Modify: func(o *CommonOptions) { o.AdminAddr = "" }, WantErr: []string{"--admin-address"}},
 		{Name: "a NATS URL without a scheme is rejected", Modify: func(o *CommonOptions) { o.NATSURL = "localhost:4222" }, WantErr: []string{"--nats-url: want nats://"}},
 		{Name: "a NATS URL without a host is rejected", Modify: func(o *CommonOptions) { o.NATSURL = "nats://" }, WantErr: []string{"--nats-url", "has no host"}},
+		{Name: "three stream replicas are valid", Modify: func(o *CommonOptions) { o.NATSStreamReplicas = 3 }},
+		{Name: "five stream replicas, the most JetStream keeps, are valid", Modify: func(o *CommonOptions) { o.NATSStreamReplicas = 5 }},
+		{Name: "zero stream replicas are rejected", Modify: func(o *CommonOptions) { o.NATSStreamReplicas = 0 }, WantErr: []string{"--nats-stream-replicas", "NATS_STREAM_REPLICAS", "not in 1..5"}},
+		{Name: "six stream replicas are rejected", Modify: func(o *CommonOptions) { o.NATSStreamReplicas = 6 }, WantErr: []string{"--nats-stream-replicas"}},
 		{Name: "an unknown log format is rejected", Modify: func(o *CommonOptions) { o.Logging.Format = "xml" }, WantErr: []string{"--log-format"}},
 		{Name: "a log level past the maximum is rejected", Modify: func(o *CommonOptions) { o.Logging.Verbosity = 99 }, WantErr: []string{"--log-level"}},
 		{
@@ -75,5 +96,13 @@ func TestLoggingOptionsAreTheParsedLoggingFlags(t *testing.T) {
 	optionstest.ParseFlags(t, o, "--log-format=text", "-v=1")
 	if got, want := o.LoggingOptions(), (logging.Options{Format: "text", Verbosity: 1}); got != want {
 		t.Errorf("LoggingOptions() = %+v, want %+v", got, want)
+	}
+}
+
+func TestStreamConfigCarriesTheReplicas(t *testing.T) {
+	o := newTestOptions()
+	optionstest.ParseFlags(t, o, "--nats-stream-replicas=3")
+	if got := o.StreamConfig().Replicas; got != 3 {
+		t.Errorf("StreamConfig().Replicas = %d, want 3", got)
 	}
 }

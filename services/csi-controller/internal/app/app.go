@@ -70,7 +70,7 @@ func newService(ctx context.Context, opts *options.Options, log logr.Logger) (*s
 		creds = controller.DirCredentials(opts.CredentialsDir)
 	}
 	outbox, closeNATS, err := events.OpenOutbox(ctx, opts.NATSURL, clientName, events.OutboxOptions{
-		Source: controller.EventSource, Metrics: eventMetrics, Log: log.WithName("events"),
+		Source: controller.EventSource, Metrics: eventMetrics, Log: log.WithName("events"), Stream: opts.StreamConfig(),
 	})
 	if err != nil {
 		return nil, err

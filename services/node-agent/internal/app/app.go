@@ -172,7 +172,7 @@ func (s *service) connectEvents(ctx context.Context, waiter *attach.Waiter, m *m
 	}
 	s.nc, s.consumer = nc, consumer
 	s.outbox = events.OutboxFor(js, events.OutboxOptions{
-		Source: notify.Source, Metrics: eventMetrics, Log: log.WithName("events"),
+		Source: notify.Source, Metrics: eventMetrics, Log: log.WithName("events"), Stream: s.opts.StreamConfig(),
 	})
 	return nil
 }

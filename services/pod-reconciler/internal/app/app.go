@@ -122,7 +122,7 @@ func restConfig(path string) (*rest.Config, error) {
 func (s *service) run(ctx context.Context) error {
 	log := logr.FromContextOrDiscard(ctx)
 	queue, closeNATS, err := events.OpenOutbox(ctx, s.opts.NATSURL, leaderElectionID, events.OutboxOptions{
-		Size: s.opts.EventQueueSize, Metrics: s.events, Log: log,
+		Size: s.opts.EventQueueSize, Metrics: s.events, Log: log, Stream: s.opts.StreamConfig(),
 	})
 	if err != nil {
 		return err
