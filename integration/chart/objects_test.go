@@ -186,6 +186,7 @@ func TestNATSSettings(t *testing.T) {
 			t.Errorf("NATS replicas = %v, want 1", r)
 		}
 		assertNATSURL(t, objs, "nats://s3csi-nats.s3csi-system.svc:4222")
+		assertEnv(t, objs, "NATS_STREAM_REPLICAS", "1")
 	})
 	t.Run("three replicas form a cluster with a route to each server", func(t *testing.T) {
 		objs := render(t, "clustered-nats")
@@ -199,6 +200,7 @@ func TestNATSSettings(t *testing.T) {
 		if find(objs, "PodDisruptionBudget", "s3csi-nats") == nil {
 			t.Error("a clustered NATS has no PodDisruptionBudget")
 		}
+		assertEnv(t, objs, "NATS_STREAM_REPLICAS", "3")
 	})
 	t.Run("an external URL deploys no NATS and is handed to every service", func(t *testing.T) {
 		objs := render(t, "external-nats")
@@ -208,10 +210,17 @@ func TestNATSSettings(t *testing.T) {
 			}
 		}
 		assertNATSURL(t, objs, "tls://nats-a.messaging:4222,tls://nats-b.messaging:4222")
+		assertEnv(t, objs, "NATS_STREAM_REPLICAS", "3") // nats.streamReplicas of the values file
 	})
 }
 
 func assertNATSURL(t *testing.T, objs []*unstructured.Unstructured, want string) {
+	t.Helper()
+	assertEnv(t, objs, "NATS_URL", want)
+}
+
+// assertEnv checks that the first container of every service has env set to want.
+func assertEnv(t *testing.T, objs []*unstructured.Unstructured, env, want string) {
 	t.Helper()
 	for _, name := range []string{"s3csi-controller", "s3csi-pod-reconciler", "s3csi-janitor", "s3csi-node-agent"} {
 		kind := "Deployment"
@@ -223,8 +232,8 @@ func assertNATSURL(t *testing.T, objs []*unstructured.Unstructured, want string)
 			t.Errorf("no %s %s", kind, name)
 			continue
 		}
-		if got, _ := envValue(containers(t, o)[0], "NATS_URL"); got != want {
-			t.Errorf("%s has NATS_URL %q, want %q", name, got, want)
+		if got, _ := envValue(containers(t, o)[0], env); got != want {
+			t.Errorf("%s has %s %q, want %q", name, env, got, want)
 		}
 	}
 }

@@ -22,6 +22,8 @@ func TestBadValuesAreRefused(t *testing.T) {
 		{"an unknown top-level key is refused", endpoint + "controllr:\n  replicas: 2\n", []string{"controllr"}},
 		{"zero pod-reconciler replicas are refused", endpoint + "podReconciler:\n  replicas: 0\n", []string{"/podReconciler/replicas"}},
 		{"zero NATS replicas are refused", endpoint + "nats:\n  replicas: 0\n", []string{"/nats/replicas"}},
+		{"seven stream replicas are refused", endpoint + "nats:\n  streamReplicas: 7\n", []string{"/nats/streamReplicas"}},
+		{"more stream replicas than the chart's NATS servers are refused", endpoint + "nats:\n  replicas: 1\n  streamReplicas: 3\n", []string{"nats.streamReplicas 3", "nats.replicas"}},
 		{"replicas given as text are refused", endpoint + "janitor:\n  replicas: two\n", []string{"/janitor/replicas"}},
 		{"an invalid pull policy is refused", endpoint + "image:\n  pullPolicy: Sometimes\n", []string{"/image/pullPolicy"}},
 		{"the Scality v2 single image.repository is refused", endpoint + "image:\n  repository: ghcr.io/scality/mountpoint-s3-csi-driver\n", []string{"/image", "repository"}},

@@ -37,6 +37,9 @@ type OutboxOptions struct {
 	// Prepare, when set, runs before the first publish and again before later ones until it
 	// succeeds, e.g. to create the stream once NATS is reachable.
 	Prepare func(ctx context.Context) error
+	// Stream is the configuration OpenOutbox and OutboxFor create the stream with when it does
+	// not exist (zero values take the defaults); an existing stream is left as it is.
+	Stream StreamConfig
 	// Source is the CloudEvents source of the events Notify builds, e.g. "/s3csi/janitor".
 	Source string
 	// Metrics, when set, counts what happens to each event.
@@ -87,7 +90,7 @@ func NewOutbox(sink Sink, opts OutboxOptions) *Outbox {
 
 // OpenOutbox connects to NATS at url (empty: events disabled) and returns an Outbox, and the
 // function that closes the connection. name identifies the connection on the server, e.g. the
-// service name. Before its first publish the Outbox creates the stream with the default limits
+// service name. Before its first publish the Outbox creates the stream with opts.Stream
 // if it does not exist; it never changes the limits of an existing stream, which belong to
 // whoever deployed it.
 func OpenOutbox(ctx context.Context, url, name string, opts OutboxOptions) (*Outbox, func(), error) {
@@ -113,13 +116,13 @@ func OpenOutbox(ctx context.Context, url, name string, opts OutboxOptions) (*Out
 }
 
 // OutboxFor returns an Outbox publishing to js that, before its first publish, creates the
-// stream with the default limits if it does not exist (see OpenOutbox).
+// stream with opts.Stream if it does not exist (see OpenOutbox).
 func OutboxFor(js jetstream.JetStream, opts OutboxOptions) *Outbox {
 	opts.Prepare = func(ctx context.Context) error {
 		if _, err := js.Stream(ctx, StreamName); err == nil {
 			return nil
 		}
-		_, err := EnsureStream(ctx, js, StreamConfig{})
+		_, err := EnsureStream(ctx, js, opts.Stream)
 		return err
 	}
 	return NewOutbox(NewPublisher(js, PublisherOptions{Log: opts.Log.WithName("events")}), opts)

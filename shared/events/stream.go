@@ -2,6 +2,7 @@ package events
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -13,7 +14,13 @@ const (
 	DefaultMaxAge          = 7 * 24 * time.Hour
 	DefaultReplicas        = 1
 	DefaultDuplicateWindow = 2 * time.Minute
+	// MaxReplicas is the most copies JetStream keeps of a stream.
+	MaxReplicas = 5
 )
+
+// errCodeReplicasNotSupported is JetStream's error code for replicas > 1 on a server that is
+// not clustered.
+const errCodeReplicasNotSupported jetstream.ErrorCode = 10074
 
 // StreamConfig is what an operator may tune of the S3CSI_EVENTS stream; zero values take the
 // defaults.
@@ -52,7 +59,7 @@ func (c StreamConfig) withDefaults() StreamConfig {
 // may be (MaxEventSize, plus room for headers), so a consumer never sees one.
 func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) (jetstream.Stream, error) {
 	cfg = cfg.withDefaults()
-	if cfg.MaxAge < 0 || cfg.Replicas < 1 || cfg.DuplicateWindow < 0 || cfg.DuplicateWindow > cfg.MaxAge {
+	if cfg.MaxAge < 0 || cfg.Replicas < 1 || cfg.Replicas > MaxReplicas || cfg.DuplicateWindow < 0 || cfg.DuplicateWindow > cfg.MaxAge {
 		return nil, fmt.Errorf("ensure stream %s: invalid config %+v", StreamName, cfg)
 	}
 	s, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
@@ -67,6 +74,11 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg StreamConfig)
 		Duplicates:  cfg.DuplicateWindow,
 		Storage:     cfg.Storage,
 	})
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeReplicasNotSupported {
+		return nil, fmt.Errorf("ensure stream %s with %d replicas: the NATS server is not clustered; "+
+			"set --nats-stream-replicas=1 or cluster NATS: %w", StreamName, cfg.Replicas, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("ensure stream %s: %w", StreamName, err)
 	}

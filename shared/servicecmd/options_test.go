@@ -12,7 +12,7 @@ import (
 )
 
 // noNATSEnv clears every environment variable the common options read.
-var noNATSEnv = map[string]string{"NATS_URL": "", "NATS_USER": "", "NATS_PASSWORD_FILE": "", "NATS_TLS_CA_FILE": "", "NATS_TLS_CERT_FILE": "", "NATS_TLS_KEY_FILE": ""}
+var noNATSEnv = map[string]string{"NATS_URL": "", "NATS_STREAM_REPLICAS": "", "NATS_USER": "", "NATS_PASSWORD_FILE": "", "NATS_TLS_CA_FILE": "", "NATS_TLS_CERT_FILE": "", "NATS_TLS_KEY_FILE": ""}
 
 // newTestOptions returns the defaults of a service whose admin endpoint listens on :8080.
 func newTestOptions() *CommonOptions {
@@ -25,8 +25,24 @@ func TestCommonOptionsAddFlags(t *testing.T) {
 		{
 			Name: "without flags or environment the defaults apply",
 			Want: func(o *CommonOptions) {
-				*o = CommonOptions{AdminAddr: ":8080", Logging: logging.Options{Format: "json"}}
+				*o = CommonOptions{AdminAddr: ":8080", NATSStreamReplicas: 1, Logging: logging.Options{Format: "json"}}
 			},
+		},
+		{
+			Name: "NATS_STREAM_REPLICAS from the environment is the default",
+			Env:  map[string]string{"NATS_STREAM_REPLICAS": "3"},
+			Want: func(o *CommonOptions) { o.NATSStreamReplicas = 3 },
+		},
+		{
+			Name: "a NATS_STREAM_REPLICAS that is not a number becomes 0, which Validate rejects",
+			Env:  map[string]string{"NATS_STREAM_REPLICAS": "three"},
+			Want: func(o *CommonOptions) { o.NATSStreamReplicas = 0 },
+		},
+		{
+			Name: "the replicas flag overrides the environment",
+			Env:  map[string]string{"NATS_STREAM_REPLICAS": "3"},
+			Args: []string{"--nats-stream-replicas=5"},
+			Want: func(o *CommonOptions) { o.NATSStreamReplicas = 5 },
 		},
 		{
 			Name: "NATS_URL from the environment is the default",
@@ -42,11 +58,12 @@ func TestCommonOptionsAddFlags(t *testing.T) {
 		{
 			Name: "every flag is bound to its field",
 			Args: []string{
-				"--admin-address=127.0.0.1:9000", "--nats-url=nats://n:4222", "--kubeconfig=/k",
+				"--admin-address=127.0.0.1:9000", "--nats-url=nats://n:4222", "--nats-stream-replicas=2", "--kubeconfig=/k",
 				"--log-format=text", "-v=4",
 			},
 			Want: func(o *CommonOptions) {
 				o.AdminAddr, o.NATSURL, o.Kubeconfig = "127.0.0.1:9000", "nats://n:4222", "/k"
+				o.NATSStreamReplicas = 2
 				o.Logging = logging.Options{Format: "text", Verbosity: 4}
 			},
 		},
@@ -89,6 +106,10 @@ func TestCommonOptionsValidate(t *testing.T) {
 		{Name: "an empty admin address is rejected", Modify: func(o *CommonOptions) { o.AdminAddr = "" }, WantErr: []string{"--admin-address"}},
 		{Name: "a NATS URL without a scheme is rejected", Modify: func(o *CommonOptions) { o.NATSURL = "localhost:4222" }, WantErr: []string{"--nats-url: want nats://"}},
 		{Name: "a NATS URL without a host is rejected", Modify: func(o *CommonOptions) { o.NATSURL = "nats://" }, WantErr: []string{"--nats-url", "has no host"}},
+		{Name: "three stream replicas are valid", Modify: func(o *CommonOptions) { o.NATSStreamReplicas = 3 }},
+		{Name: "five stream replicas, the most JetStream keeps, are valid", Modify: func(o *CommonOptions) { o.NATSStreamReplicas = 5 }},
+		{Name: "zero stream replicas are rejected", Modify: func(o *CommonOptions) { o.NATSStreamReplicas = 0 }, WantErr: []string{"--nats-stream-replicas", "NATS_STREAM_REPLICAS", "not in 1..5"}},
+		{Name: "six stream replicas are rejected", Modify: func(o *CommonOptions) { o.NATSStreamReplicas = 6 }, WantErr: []string{"--nats-stream-replicas"}},
 		{Name: "an unknown log format is rejected", Modify: func(o *CommonOptions) { o.Logging.Format = "xml" }, WantErr: []string{"--log-format"}},
 		{Name: "a log level past the maximum is rejected", Modify: func(o *CommonOptions) { o.Logging.Verbosity = 99 }, WantErr: []string{"--log-level"}},
 		{Name: "a NATS user with a readable password file is valid", Modify: func(o *CommonOptions) {
@@ -147,5 +168,13 @@ func TestValidateNeverShowsThePassword(t *testing.T) {
 	err := o.Validate()
 	if err == nil || strings.Contains(err.Error(), "s3cr3t-value") {
 		t.Fatalf("Validate() = %v: want an error that does not show the password", err)
+	}
+}
+
+func TestStreamConfigCarriesTheReplicas(t *testing.T) {
+	o := newTestOptions()
+	optionstest.ParseFlags(t, o, "--nats-stream-replicas=3")
+	if got := o.StreamConfig().Replicas; got != 3 {
+		t.Errorf("StreamConfig().Replicas = %d, want 3", got)
 	}
 }

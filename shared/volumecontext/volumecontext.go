@@ -172,23 +172,6 @@ func (c Context) Map() map[string]string {
 	return m
 }
 
-// Loggable returns the keys of m with the values of the keys safe to log (bucket,
-// authentication source, pod identity); other values are replaced by "<redacted>" so a
-// token or a future sensitive key never reaches a log line.
-func Loggable(m map[string]string) map[string]string {
-	out := make(map[string]string, len(m))
-	for k, v := range m {
-		switch k {
-		case KeyBucketName, KeyAuthenticationSource, KeyDynamicProvisioning, KeyPodName,
-			KeyPodNamespace, KeyPodUID, KeyServiceAccountName, KeyMountpointPodServiceAccountName:
-			out[k] = v
-		default:
-			out[k] = "<redacted>"
-		}
-	}
-	return out
-}
-
 // IsKubeletKey reports whether k is in the csi.storage.k8s.io/ namespace the kubelet and the
 // CSI sidecars reserve.
 func IsKubeletKey(k string) bool {

@@ -92,15 +92,6 @@ func TestMapRoundTripsThroughParse(t *testing.T) {
 	}
 }
 
-func TestLoggableRedactsEverythingButIdentifiers(t *testing.T) {
-	got := volumecontext.Loggable(map[string]string{
-		"bucketName": "b", "csi.storage.k8s.io/serviceAccount.tokens": "eyJsecret", "future": "x",
-	})
-	if got["bucketName"] != "b" || got["csi.storage.k8s.io/serviceAccount.tokens"] != "<redacted>" || got["future"] != "<redacted>" {
-		t.Errorf("Loggable() = %v", got)
-	}
-}
-
 func TestValidateBucketName(t *testing.T) {
 	tests := []struct {
 		name   string

@@ -53,10 +53,29 @@ nats://s3csi-nats.{{ .Release.Namespace }}.svc:4222
 - --log-level={{ .values.logLevel }}
 {{- end }}
 
-{{/* NATS_URL and, for the leader-elected services, the pod namespace. */}}
+{{/* Replicas of the S3CSI_EVENTS stream: nats.streamReplicas, or derived from the chart's NATS
+servers when 0 (see values.yaml); refused when the chart's NATS has fewer servers. */}}
+{{- define "s3csi.natsStreamReplicas" -}}
+{{- $n := int .Values.nats.streamReplicas -}}
+{{- $servers := int .Values.nats.replicas -}}
+{{- if and (eq $n 0) (not .Values.nats.external.url) -}}
+{{- $n = min $servers 3 -}}
+{{- end -}}
+{{- if eq $n 0 -}}
+{{- $n = 1 -}}
+{{- end -}}
+{{- if and (not .Values.nats.external.url) (gt $n $servers) -}}
+{{- fail (printf "nats.streamReplicas %d needs at least as many NATS servers: raise nats.replicas (now %d) or lower nats.streamReplicas" $n $servers) -}}
+{{- end -}}
+{{ $n }}
+{{- end }}
+
+{{/* NATS_URL and NATS_STREAM_REPLICAS for every service. */}}
 {{- define "s3csi.natsEnv" -}}
 - name: NATS_URL
   value: {{ include "s3csi.natsUrl" . | quote }}
+- name: NATS_STREAM_REPLICAS
+  value: {{ include "s3csi.natsStreamReplicas" . | quote }}
 {{- end }}
 
 {{/* Pod annotations: Prometheus scrape hints for the admin port plus the user's own. */}}

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/s3csi/s3csi/shared/admin"
+	sharedcsi "github.com/s3csi/s3csi/shared/csiserver"
 	"github.com/s3csi/s3csi/shared/events"
 	"github.com/s3csi/s3csi/shared/s3client"
 
@@ -44,7 +45,7 @@ func Run(ctx context.Context, opts *options.Options) error {
 type service struct {
 	opts      *options.Options
 	admin     *admin.Server
-	csi       *csiserver.Server
+	csi       *sharedcsi.Server
 	outbox    *events.Outbox
 	closeNATS func()
 	metrics   *metrics.Metrics
@@ -70,7 +71,7 @@ func newService(ctx context.Context, opts *options.Options, log logr.Logger) (*s
 	}
 	outbox, closeNATS, err := events.OpenOutbox(ctx, opts.NATSURL, clientName, events.OutboxOptions{
 		Source: controller.EventSource, Metrics: eventMetrics, Log: log.WithName("events"),
-		Connect: opts.NATSAuth.Options(),
+		Connect: opts.NATSAuth.Options(), Stream: opts.StreamConfig(),
 	})
 	if err != nil {
 		return nil, err

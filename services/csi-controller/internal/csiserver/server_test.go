@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	sharedcsi "github.com/s3csi/s3csi/shared/csiserver"
 	"github.com/s3csi/s3csi/shared/s3client"
 	"github.com/s3csi/s3csi/shared/testenv"
 
@@ -47,7 +48,7 @@ func TestMain(m *testing.M) {
 
 // harness is a running Server backed by versitygw.
 type harness struct {
-	server *csiserver.Server
+	server *sharedcsi.Server
 	reg    *prometheus.Registry
 	cancel context.CancelFunc
 	done   chan error
@@ -139,6 +140,9 @@ func TestServerServesLogsWithoutSecretsAndCountsRPCs(t *testing.T) {
 	})
 	if status.Code(err) != codes.Unauthenticated {
 		t.Errorf("CreateVolume() with a wrong secret = %v, want Unauthenticated", err)
+	}
+	if strings.Contains(status.Convert(err).Message(), "TOPSECRETVALUE") {
+		t.Errorf("CreateVolume() returned the secret in its error: %v", err)
 	}
 	if _, err := ctrl.ControllerPublishVolume(t.Context(), &csi.ControllerPublishVolumeRequest{}); status.Code(err) != codes.Unimplemented {
 		t.Errorf("ControllerPublishVolume() = %v, want Unimplemented", err)

@@ -45,7 +45,7 @@ func TestAddFlags(t *testing.T) {
 				*o = Options{
 					CSIEndpoint: "unix:///csi/csi.sock", S3PathStyle: true,
 					CredentialsCacheTTL: DefaultCredentialsCacheTTL, BucketPrefix: DefaultBucketPrefix,
-					DriverVersion: "dev", CommonOptions: servicecmd.CommonOptions{AdminAddr: ":8081", Logging: o.Logging},
+					DriverVersion: "dev", CommonOptions: servicecmd.CommonOptions{AdminAddr: ":8081", NATSStreamReplicas: 1, Logging: o.Logging},
 				}
 			},
 		},

@@ -137,7 +137,9 @@ func (s *service) build(ctx context.Context, log logr.Logger) (manager.Manager, 
 		if nc, js, err = connect(ctx, s.opts.NATSURL, s.opts.NATSAuth, log); err != nil {
 			return nil, nil, err
 		}
-		ob := events.OutboxFor(js, events.OutboxOptions{Source: eventSource, Metrics: s.events, Log: log})
+		ob := events.OutboxFor(js, events.OutboxOptions{
+			Source: eventSource, Metrics: s.events, Log: log, Stream: s.opts.StreamConfig(),
+		})
 		notify = ob
 		if err := mgr.Add(everyReplica{ob}); err != nil {
 			nc.Close()

@@ -38,7 +38,7 @@ func TestAddFlags(t *testing.T) {
 			Name: "without flags or environment the defaults apply",
 			Want: func(o *Options) {
 				*o = Options{
-					CommonOptions:         servicecmd.CommonOptions{AdminAddr: ":8084", Logging: o.Logging},
+					CommonOptions:         servicecmd.CommonOptions{AdminAddr: ":8084", NATSStreamReplicas: 1, Logging: o.Logging},
 					LeaderElectionOptions: servicecmd.LeaderElectionOptions{LeaderElect: true},
 					MountpointNamespace:   "mount-s3",
 					SweepInterval:         2 * time.Minute,

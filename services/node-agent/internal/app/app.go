@@ -20,6 +20,7 @@ import (
 
 	"github.com/s3csi/s3csi/shared/admin"
 	s3csiv2 "github.com/s3csi/s3csi/shared/api/v2"
+	"github.com/s3csi/s3csi/shared/csiserver"
 	"github.com/s3csi/s3csi/shared/events"
 	"github.com/s3csi/s3csi/shared/keymutex"
 	"github.com/s3csi/s3csi/shared/mppod"
@@ -71,7 +72,7 @@ type service struct {
 	admin   *admin.Server
 	pods    *podwatch.Watcher
 	server  *csi.Server
-	grpc    *csi.GRPCServer
+	grpc    *csiserver.Server
 	cleaner *cleanup.Cleaner
 	health  *health.Monitor
 	reg     *registration.Server
@@ -171,7 +172,9 @@ func (s *service) connectEvents(ctx context.Context, waiter *attach.Waiter, m *m
 		return err
 	}
 	s.nc, s.consumer = nc, consumer
-	s.outbox = events.OutboxFor(js, events.OutboxOptions{Source: notify.Source, Metrics: eventMetrics, Log: log.WithName("events")})
+	s.outbox = events.OutboxFor(js, events.OutboxOptions{
+		Source: notify.Source, Metrics: eventMetrics, Log: log.WithName("events"), Stream: s.opts.StreamConfig(),
+	})
 	return nil
 }
 

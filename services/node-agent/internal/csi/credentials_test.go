@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"k8s.io/apimachinery/pkg/util/uuid"
 
 	"github.com/s3csi/s3csi/shared/mount"
@@ -114,5 +117,55 @@ func TestSecretAuthenticationWithoutNodePublishSecretUsesTheDriverCredentials(t 
 	}
 	if got := readFile(t, filepath.Join(target, testfs.ProfileName)); !strings.Contains(got, "AKIADRIVER000000") {
 		t.Fatalf("the filesystem sees %q, want the driver's key", got)
+	}
+}
+
+func TestARejectedPublishNeverReturnsOrLogsItsSecret(t *testing.T) {
+	n := startNode(t, nodeOptions{fallback: 200 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pv, uid := "pv-rejected", string(uuid.NewUUID())
+	mpName := mppod.Name(uid, pv)
+	n.createMountpointPod(mpName)
+	n.assign(pv, "vol", uid, mpName)
+	const secret = "rejectedCanarySecret/abc+def="
+	tests := []struct {
+		name   string
+		modify func(*csipb.NodePublishVolumeRequest)
+	}{
+		{
+			name:   "a request without a target path",
+			modify: func(r *csipb.NodePublishVolumeRequest) { r.TargetPath = "" },
+		},
+		{
+			name: "secrets that name no access key id",
+			modify: func(r *csipb.NodePublishVolumeRequest) {
+				r.Secrets = map[string]string{"key_id": secret, "secret_access_key": secret}
+			},
+		},
+		{
+			name: "secrets without a secret access key",
+			modify: func(r *csipb.NodePublishVolumeRequest) {
+				r.Secrets = map[string]string{"access_key_id": secret}
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req := publishRequest("vol", n.target(uuidOf(uid), pv), "bucket-b", uuidOf(uid))
+			req.VolumeContext["authenticationSource"] = "secret"
+			req.Secrets = map[string]string{"access_key_id": "AKIAREJECTED0000", "secret_access_key": secret}
+			tt.modify(req)
+			_, err := n.client.NodePublishVolume(ctx, req)
+			if status.Code(err) != codes.InvalidArgument {
+				t.Fatalf("NodePublishVolume() = %v, want InvalidArgument", err)
+			}
+			if strings.Contains(status.Convert(err).Message(), secret) {
+				t.Errorf("NodePublishVolume() returned the secret: %v", err)
+			}
+		})
+	}
+	if logs := n.logs.all(); strings.Contains(logs, secret) || !strings.Contains(logs, "RPC failed") {
+		t.Errorf("the logs show the secret or no failure:\n%s", logs)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
 )
 
 const namespace = "s3csi_node"
@@ -62,12 +63,12 @@ func New(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-// RPC records one served CSI RPC.
-func (m *Metrics) RPC(method, code string, d time.Duration) {
+// ObserveRPC records one served CSI RPC. method is the full gRPC method name.
+func (m *Metrics) ObserveRPC(method string, code codes.Code, d time.Duration) {
 	if m == nil {
 		return
 	}
-	m.rpcs.WithLabelValues(method, code).Inc()
+	m.rpcs.WithLabelValues(method, code.String()).Inc()
 	m.rpcDuration.WithLabelValues(method).Observe(d.Seconds())
 }
 

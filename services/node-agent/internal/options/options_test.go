@@ -40,7 +40,7 @@ func TestAddFlags(t *testing.T) {
 			Name: "without flags or environment the defaults apply and the node name is empty",
 			Want: func(o *Options) {
 				*o = Options{
-					CommonOptions:          servicecmd.CommonOptions{AdminAddr: ":8083", Logging: o.Logging},
+					CommonOptions:          servicecmd.CommonOptions{AdminAddr: ":8083", NATSStreamReplicas: 1, Logging: o.Logging},
 					KubeletDir:             "/var/lib/kubelet",
 					CSIEndpoint:            "unix:///var/lib/kubelet/plugins/s3.csi.scality.com/csi.sock",
 					MountpointNamespace:    "mount-s3",

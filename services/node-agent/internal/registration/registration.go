@@ -6,15 +6,14 @@ package registration
 import (
 	"context"
 	"errors"
-	"fmt"
-	"net"
-	"os"
 	"path/filepath"
 	"sync/atomic"
 
 	"github.com/go-logr/logr"
 	"google.golang.org/grpc"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+
+	"github.com/s3csi/s3csi/shared/csiserver"
 )
 
 // SupportedVersions are the CSI versions the driver speaks.
@@ -59,29 +58,8 @@ func (s *Server) NotifyRegistrationStatus(_ context.Context, st *registerapi.Reg
 
 // Start serves until ctx ends and removes the socket, so kubelet deregisters the driver.
 func (s *Server) Start(ctx context.Context) error {
-	if err := os.MkdirAll(filepath.Dir(s.socket), 0o750); err != nil {
-		return fmt.Errorf("create registration dir: %w", err)
-	}
-	if err := os.Remove(s.socket); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("remove stale registration socket: %w", err)
-	}
-	ln, err := net.Listen("unix", s.socket)
-	if err != nil {
-		return fmt.Errorf("listen on registration socket: %w", err)
-	}
-	srv := grpc.NewServer()
-	registerapi.RegisterRegistrationServer(srv, s)
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return fmt.Errorf("serve registration: %w", err)
-	case <-ctx.Done():
-	}
-	srv.Stop()
-	if err := <-errc; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-		return fmt.Errorf("serve registration: %w", err)
-	}
-	_ = os.Remove(s.socket)
-	return nil
+	return csiserver.New(csiserver.Config{
+		Endpoint: s.socket, Name: "registration", Log: s.log,
+		Register: func(g *grpc.Server) { registerapi.RegisterRegistrationServer(g, s) },
+	}).Start(ctx)
 }

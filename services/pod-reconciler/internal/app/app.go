@@ -123,6 +123,7 @@ func (s *service) run(ctx context.Context) error {
 	log := logr.FromContextOrDiscard(ctx)
 	queue, closeNATS, err := events.OpenOutbox(ctx, s.opts.NATSURL, leaderElectionID, events.OutboxOptions{
 		Size: s.opts.EventQueueSize, Metrics: s.events, Log: log, Connect: s.opts.NATSAuth.Options(),
+		Stream: s.opts.StreamConfig(),
 	})
 	if err != nil {
 		return err
