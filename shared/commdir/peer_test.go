@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -21,15 +22,28 @@ import (
 // nobody is the uid the other-user mounter runs as in these tests.
 const nobody = 65534
 
+// mounterBin builds the test filesystem's mounter once per test binary, in a dir every user can
+// reach: the go tool's build dir is private to root.
+var mounterBin = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "s3csi-commdir-mounter-")
+	if err != nil {
+		return "", err
+	}
+	if err := os.Chmod(dir, 0o755); err != nil { //nolint:gosec // run by another user
+		return "", err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	bin := filepath.Join(dir, "fusetest-mounter")
+	return bin, testenv.BuildModuleBinaryE(ctx, "services/mounter", testfs.MounterPackage, bin)
+})
+
 // startMounterAs runs the test filesystem's mounter (built from the mounter module) as uid,
 // listening in commDir, as a Mountpoint Pod's mounter runs as its pod's uid.
 func startMounterAs(t *testing.T, commDir string, uid uint32) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	// The go tool's build dir is private to root: build where another user can execute.
-	bin := filepath.Join(worldDir(t), "fusetest-mounter")
-	if err := testenv.BuildModuleBinaryE(ctx, "services/mounter", testfs.MounterPackage, bin); err != nil {
+	bin, err := mounterBin()
+	if err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(bin, "--comm-dir="+commDir)
@@ -72,10 +86,11 @@ func TestSendChecksWhoServesTheSocket(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
 			commDir := worldDir(t)
 			startMounterAs(t, commDir, nobody)
+			// The deadline starts once the mounter runs, not while it is built.
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
 			sock := filepath.Join(commDir, mppod.MountSockName)
 			null, err := os.Open(os.DevNull)
 			if err != nil {
