@@ -208,7 +208,7 @@ s3csi-nats-auth
 - name: nats-auth
   secret:
     secretName: {{ include "s3csi.natsAuthSecret" .root }}
-    defaultMode: 0400
+    defaultMode: 0440
     items:
       - key: {{ .service }}
         path: password
@@ -218,7 +218,7 @@ s3csi-nats-auth
 - name: nats-tls
   secret:
     secretName: {{ .secretName }}
-    defaultMode: 0400
+    defaultMode: 0440
     items:
       - key: ca.crt
         path: ca.crt
