@@ -291,7 +291,12 @@ var insecureClient = &http.Client{
 	Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}, //nolint:gosec // readiness probe of local components
 }
 
-func httpOK(ctx context.Context, url string) error {
+func httpOK(ctx context.Context, url string) error { return httpGet(ctx, url, true) }
+
+// httpAny succeeds when the server answers at all (S3 answers 403 to an unsigned request).
+func httpAny(ctx context.Context, url string) error { return httpGet(ctx, url, false) }
+
+func httpGet(ctx context.Context, url string, wantOK bool) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err
@@ -302,23 +307,10 @@ func httpOK(ctx context.Context, url string) error {
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-	if resp.StatusCode != http.StatusOK {
+	if wantOK && resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("%s: %s: %s", url, resp.Status, strings.TrimSpace(string(body)))
 	}
 	return nil
-}
-
-// httpAny succeeds when the server answers at all (S3 answers 403 to an unsigned request).
-func httpAny(ctx context.Context, url string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := insecureClient.Do(req)
-	if err != nil {
-		return err
-	}
-	return resp.Body.Close()
 }
 
 // Kubectl runs kubectl against the cluster with the given output streams.
