@@ -21,9 +21,9 @@ const maxStuckProbes = 1
 // ErrNotAnswering is returned by Stat when the filesystem at the path did not answer in time.
 var ErrNotAnswering = errors.New("the filesystem does not answer")
 
-// stuck counts, per cleaned path, the probes still blocked in a stat. It is process-wide because
-// what it accounts for is: goroutines (and their OS threads) of this process that a FUSE server
-// holds in the kernel.
+// stuck counts, per cleaned path, the probes that timed out and are still blocked in a stat. It
+// is process-wide because what it accounts for is: goroutines (and their OS threads) of this
+// process that a FUSE server holds in the kernel.
 var stuck = struct {
 	sync.Mutex
 	paths map[string]int
@@ -36,11 +36,12 @@ var stuck = struct {
 // context can end it; a caller that waits for it hangs, and a caller holding a lock hangs every
 // other caller of that lock.
 // Solution: the stat runs in its own goroutine and the caller returns ErrNotAnswering when the
-// timeout passes. The goroutine stays blocked until the server answers or dies; while a path has
-// maxStuckProbes such goroutines, Stat returns ErrNotAnswering at once without starting another
-// (a probe still blocked is itself the proof that the server does not answer).
+// timeout passes, leaving the goroutine counted as stuck until the server answers or dies.
+// While a path has maxStuckProbes stuck goroutines, Stat returns ErrNotAnswering at once without
+// starting another (a stuck probe is itself the proof that the server does not answer). Probes
+// still within their timeout are not counted: concurrent probes of a healthy mount all run.
 // Invariant: Stat returns within timeout, and a dead server leaks at most maxStuckProbes
-// goroutines per path.
+// goroutines per path beyond the probes in flight.
 func Stat(path string, timeout time.Duration) (unix.Stat_t, error) {
 	path = filepath.Clean(path)
 	stuck.Lock()
@@ -48,7 +49,6 @@ func Stat(path string, timeout time.Duration) (unix.Stat_t, error) {
 		stuck.Unlock()
 		return unix.Stat_t{}, fmt.Errorf("stat %s: %w (an earlier probe is still waiting for it)", path, ErrNotAnswering)
 	}
-	stuck.paths[path]++
 	stuck.Unlock()
 
 	type result struct {
@@ -56,16 +56,20 @@ func Stat(path string, timeout time.Duration) (unix.Stat_t, error) {
 		err error
 	}
 	done := make(chan result, 1)
+	// finished and abandoned are guarded by stuck's mutex: exactly one of "the stat returned
+	// in time" and "the caller gave up and counted the probe as stuck" happens first.
+	var finished, abandoned bool
 	go func() {
-		defer func() {
-			stuck.Lock()
+		var r result
+		r.err = unix.Stat(path, &r.st)
+		stuck.Lock()
+		finished = true
+		if abandoned {
 			if stuck.paths[path]--; stuck.paths[path] <= 0 {
 				delete(stuck.paths, path)
 			}
-			stuck.Unlock()
-		}()
-		var r result
-		r.err = unix.Stat(path, &r.st)
+		}
+		stuck.Unlock()
 		done <- r
 	}()
 	timer := time.NewTimer(timeout)
@@ -74,19 +78,28 @@ func Stat(path string, timeout time.Duration) (unix.Stat_t, error) {
 	case r := <-done:
 		return r.st, r.err
 	case <-timer.C:
+		stuck.Lock()
+		if finished {
+			stuck.Unlock()
+			r := <-done
+			return r.st, r.err
+		}
+		abandoned = true
+		stuck.paths[path]++
+		stuck.Unlock()
 		return unix.Stat_t{}, fmt.Errorf("stat %s: %w within %s", path, ErrNotAnswering, timeout)
 	}
 }
 
-// Stuck reports whether a probe of path is still blocked in the kernel: the filesystem there did
-// not answer and still has not. It never touches path.
+// Stuck reports whether a probe of path timed out and is still blocked in the kernel: the
+// filesystem there did not answer and still has not. It never touches path.
 func Stuck(path string) bool {
 	stuck.Lock()
 	defer stuck.Unlock()
 	return stuck.paths[filepath.Clean(path)] > 0
 }
 
-// stuckProbes returns the number of probes of path still blocked, for tests.
+// stuckProbes returns the number of timed-out probes of path still blocked, for tests.
 func stuckProbes(path string) int {
 	stuck.Lock()
 	defer stuck.Unlock()
