@@ -130,7 +130,7 @@ func newService(ctx context.Context, opts *options.Options, cfg *rest.Config) (*
 		NodeName: opts.NodeName, DriverVersion: version.Version, KubeletDir: opts.KubeletDir, MounterUID: mppod.MounterUID,
 		MountpointNamespace: opts.MountpointNamespace, DriverCredentials: opts.DriverCredentials,
 		Region: opts.S3Region, EndpointURL: opts.S3EndpointURL, PathStyle: opts.S3PathStyle,
-		LegacyTokenFile: opts.LegacyTokenFile,
+		LegacyTokenFile: opts.LegacyTokenFile, Unbound: s.cleaner.Unbound,
 	}, waiter, pods, locks, sink, m)
 	s.health = health.New(opts.KubeletDir, opts.NodeName, opts.MountpointNamespace, opts.HealthPeriod, api, sink)
 	s.grpc = csi.NewGRPCServer(opts.CSIEndpoint, s.server, log.WithName("csi"), m)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -62,6 +63,11 @@ type Cleaner struct {
 	period     time.Duration
 	rec        Recorder
 	trigger    chan string
+	// recheck wakes Start to look again at the sources left waiting for their last bind.
+	recheck chan struct{}
+
+	mu      sync.Mutex
+	waiting map[string]struct{}
 }
 
 // New returns a Cleaner; period <= 0 means DefaultPeriod, rec may be nil.
@@ -69,7 +75,10 @@ func New(kubeletDir string, pods PodReader, locks *keymutex.Mutex, period time.D
 	if period <= 0 {
 		period = DefaultPeriod
 	}
-	return &Cleaner{kubeletDir: kubeletDir, pods: pods, locks: locks, period: period, rec: rec, trigger: make(chan string, 64)}
+	return &Cleaner{
+		kubeletDir: kubeletDir, pods: pods, locks: locks, period: period, rec: rec,
+		trigger: make(chan string, 64), recheck: make(chan struct{}, 1), waiting: map[string]struct{}{},
+	}
 }
 
 // Trigger asks for the named Mountpoint Pod's source to be looked at now. It never blocks:
@@ -81,7 +90,21 @@ func (c *Cleaner) Trigger(mountpointPod string) {
 	}
 }
 
-// Start sweeps once, then on every trigger and period, until ctx ends.
+// Unbound tells the cleaner that a bind was removed (NodeUnpublishVolume). It never blocks.
+//
+// Problem: the reconciler asks for the unmount as soon as the last workload is deleted, before
+// kubelet has unpublished its target, so the triggered clean finds the source still bound and
+// waits; without another trigger the source would stay until the next sweep (a minute).
+// Solution: the cleaner remembers the sources it left waiting and looks at them again after
+// every unbind.
+func (c *Cleaner) Unbound() {
+	select {
+	case c.recheck <- struct{}{}:
+	default:
+	}
+}
+
+// Start sweeps once, then on every trigger, unbind and period, until ctx ends.
 func (c *Cleaner) Start(ctx context.Context) error {
 	log := logr.FromContextOrDiscard(ctx).WithName("cleanup")
 	ctx = logr.NewContext(ctx, log)
@@ -95,6 +118,12 @@ func (c *Cleaner) Start(ctx context.Context) error {
 		case name := <-c.trigger:
 			if _, err := c.Clean(ctx, name); err != nil {
 				log.Error(err, "Cleaning a source failed; retrying at the next sweep", "mountpointPod", name)
+			}
+		case <-c.recheck:
+			for _, name := range c.waitingNames() {
+				if _, err := c.Clean(ctx, name); err != nil {
+					log.Error(err, "Cleaning a source failed; retrying at the next sweep", "mountpointPod", name)
+				}
 			}
 		case <-ticker.C:
 			c.Sweep(ctx)
@@ -127,10 +156,27 @@ func (c *Cleaner) Clean(ctx context.Context, name string) (string, error) {
 	if err != nil {
 		outcome = OutcomeFailed
 	}
+	c.mu.Lock()
+	if outcome == OutcomeWaiting {
+		c.waiting[name] = struct{}{}
+	} else {
+		delete(c.waiting, name)
+	}
+	c.mu.Unlock()
 	if c.rec != nil && outcome != OutcomeKept {
 		c.rec.Cleanup(outcome)
 	}
 	return outcome, err
+}
+
+func (c *Cleaner) waitingNames() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	names := make([]string, 0, len(c.waiting))
+	for name := range c.waiting {
+		names = append(names, name)
+	}
+	return names
 }
 
 func (c *Cleaner) clean(ctx context.Context, name string) (string, error) {

@@ -117,3 +117,62 @@ func TestSourcesOfGoneMountpointPodsAreCleaned(t *testing.T) {
 		t.Fatalf("source dir of a gone pod remains: %v", err)
 	}
 }
+
+// outcomes is a cleanup.Recorder that passes every outcome on.
+type outcomes chan string
+
+func (o outcomes) Cleanup(outcome string) { o <- outcome }
+
+// The reconciler asks for the unmount when the last workload is deleted, before kubelet
+// unpublishes it: the source waits for that unbind, and goes right after it, not at the next
+// sweep.
+func TestASourceWaitingForItsLastBindIsCleanedRightAfterTheUnpublish(t *testing.T) {
+	var cleaner *cleanup.Cleaner
+	n := startNode(t, nodeOptions{fallback: 200 * time.Millisecond, unbound: func() { cleaner.Unbound() }})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pv, uid := "pv-unbound", string(uuid.NewUUID())
+	mpName := mppod.Name(uid, pv)
+	mp := n.createMountpointPod(mpName)
+	n.assign(pv, "vol", uid, mpName)
+	target := n.target(uuidOf(uid), pv)
+	if _, err := n.client.NodePublishVolume(ctx, publishRequest("vol", target, "bucket-b", uuidOf(uid))); err != nil {
+		t.Fatal(err)
+	}
+	rec := make(outcomes, 16)
+	cleaner = cleanup.New(n.kubelet.Root, n.pods, &keymutex.Mutex{}, time.Hour, rec)
+	cctx, ccancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = cleaner.Start(cctx)
+	}()
+	defer func() {
+		ccancel()
+		<-done
+	}()
+
+	mp.pod.Annotations = map[string]string{mppod.AnnotationNeedsUnmount: "true"}
+	if err := apiServer.Client.Update(ctx, mp.pod); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 15*time.Second, "the needs-unmount annotation in the pod cache", func() bool {
+		p, _ := n.pods.Get(ctx, mpName)
+		return p != nil && p.Annotations[mppod.AnnotationNeedsUnmount] != ""
+	})
+	cleaner.Trigger(mpName)
+	if got := <-rec; got != cleanup.OutcomeWaiting {
+		t.Fatalf("clean of a bound source: %q, want waiting", got)
+	}
+	if _, err := n.client.NodeUnpublishVolume(ctx, &csipb.NodeUnpublishVolumeRequest{VolumeId: "vol", TargetPath: target}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, "the source dir removed after the unpublish, with no sweep", func() bool {
+		_, err := os.Stat(n.kubelet.SourceDir(mpName))
+		return errors.Is(err, os.ErrNotExist)
+	})
+	if err := <-mp.exited; err != nil {
+		t.Fatalf("mounter exited with %v after mount.exit, want 0", err)
+	}
+	mp.exited <- nil
+}

@@ -156,6 +156,8 @@ type nodeOptions struct {
 	s3 *testenv.S3
 	// legacyTokenFile is the web identity token refreshed for v1 mounts.
 	legacyTokenFile string
+	// unbound is called after every unpublish.
+	unbound func()
 }
 
 func startNode(t testing.TB, o nodeOptions) *node {
@@ -194,6 +196,7 @@ func startNode(t testing.TB, o nodeOptions) *node {
 		NodeName: n.name, DriverVersion: "test", KubeletDir: n.kubelet.Root,
 		MountpointNamespace: mppod.DefaultNamespace, DriverCredentials: o.driverCreds, Region: "us-east-1",
 		EndpointURL: endpoint, PathStyle: true, LegacyTokenFile: o.legacyTokenFile,
+		Unbound: o.unbound,
 	}, &countingWaiter{Waiter: n.waiter, finds: &n.finds}, pods, n.mpLocks, nil, nil)
 	n.server.SetReady(true)
 	g := csi.NewGRPCServer("unix://"+filepath.Join(t.TempDir(), "csi.sock"), n.server, log, nil)

@@ -73,6 +73,9 @@ type Config struct {
 	// MounterUID is the uid Mountpoint Pods run as (mppod.MounterUID); a mount.sock served by a
 	// process of another uid is refused before the FUSE fd or anything else is sent.
 	MounterUID int
+	// Unbound, when set, is called after every target NodeUnpublishVolume removed, so that a
+	// source waiting for its last bind to go is cleaned at once (cleanup.Cleaner.Unbound).
+	Unbound func()
 }
 
 // Server implements csi.IdentityServer and csi.NodeServer.

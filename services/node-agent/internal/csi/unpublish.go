@@ -54,6 +54,9 @@ func (s *Server) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 		return nil, status.Errorf(codes.Internal, "%v", err)
 	}
 	log.Info("Unpublished volume", "target", target)
+	if s.cfg.Unbound != nil {
+		s.cfg.Unbound()
+	}
 	s.emit(&eventspb.VolumeUnpublished{Node: s.cfg.NodeName, VolumeId: req.GetVolumeId(), WorkloadPodUid: podUID, TargetPath: target})
 	return &csi.NodeUnpublishVolumeResponse{}, nil
 }
