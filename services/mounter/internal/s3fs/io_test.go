@@ -3,6 +3,7 @@ package s3fs
 import (
 	"bytes"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -173,7 +174,7 @@ func TestCredentialRotationWithoutRemount(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	writeProfile("OLD" + s.AccessKey)
+	writeProfile(s.AccessKey)
 	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", credFile)
 	t.Setenv("AWS_CONFIG_FILE", filepath.Join(t.TempDir(), "config"))
 	for _, k := range []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"} {
@@ -188,6 +189,15 @@ func TestCredentialRotationWithoutRemount(t *testing.T) {
 	}
 	t.Cleanup(func() { unmountFS(t, dir, m) })
 
+	// The key is revoked: once the file is re-read, S3 refuses every request. (A fresh name
+	// each time: a lookup's answer is cached.)
+	writeProfile("OLD" + s.AccessKey)
+	probe := 0
+	testenv.Eventually(t, 10*time.Second, "a lookup refused with the revoked key", func() bool {
+		probe++
+		_, err := os.Stat(filepath.Join(dir, fmt.Sprintf("probe-%d", probe)))
+		return errors.Is(err, syscall.EACCES)
+	})
 	_, err = os.ReadFile(filepath.Join(dir, "secret.txt"))
 	wantErrno(t, "read with a revoked key", err, syscall.EACCES)
 	writeProfile(s.AccessKey)

@@ -100,6 +100,10 @@ func Mount(ctx context.Context, mountPoint string, cfg Config) (*Mounted, error)
 		return nil, err
 	}
 	fsys := newFilesystem(client, &cfg)
+	if err := fsys.checkAccess(ctx); err != nil {
+		fsys.stop()
+		return nil, err
+	}
 	if err := fsys.openCache(); err != nil {
 		fsys.stop()
 		return nil, err

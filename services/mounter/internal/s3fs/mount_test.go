@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -99,4 +100,46 @@ func errnoOf(err error) syscall.Errno {
 		return errno
 	}
 	return 0
+}
+
+// A mount whose keys S3 refuses, or whose bucket does not exist, fails with the reason instead of
+// serving a filesystem where every request fails; nothing stays mounted.
+func TestMountRefusesKeysS3RefusesAndAMissingBucket(t *testing.T) {
+	requireFUSE(t)
+	s := testenv.StartS3(t)
+	const wrongSecret = "wrongSecretKeyWrongSecretKeyWrongSecret0"
+	for name, tt := range map[string]struct {
+		secret, bucket, want string
+	}{
+		"wrong secret key": {secret: wrongSecret, bucket: s.Bucket, want: "S3 refused to list bucket"},
+		"missing bucket":   {secret: s.SecretKey, bucket: "no-such-bucket-here", want: `bucket "no-such-bucket-here" does not exist`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			opts := baseOptions(s)
+			opts.Bucket = tt.bucket
+			dir := t.TempDir()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			m, err := Mount(ctx, dir, Config{
+				Options:        opts,
+				Credentials:    credentials.NewStaticCredentialsProvider(s.AccessKey, tt.secret, ""),
+				Log:            logr.Discard(),
+				RequestTimeout: 10 * time.Second,
+			})
+			if err == nil {
+				unmountFS(t, dir, m)
+				t.Fatal("mount succeeded")
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("mount error = %q, want it to contain %q", err, tt.want)
+			}
+			if strings.Contains(err.Error(), wrongSecret) {
+				t.Errorf("the mount error shows the secret key: %q", err)
+			}
+			var st syscall.Statfs_t
+			if err := syscall.Statfs(dir, &st); err != nil || st.Type == 0x65735546 { // FUSE_SUPER_MAGIC
+				t.Errorf("the mount point is left as a FUSE mount (%v)", err)
+			}
+		})
+	}
 }
