@@ -126,13 +126,14 @@ func newService(ctx context.Context, opts *options.Options, cfg *rest.Config) (*
 		}
 		sink = s.outbox
 	}
+	s.health = health.New(opts.KubeletDir, opts.NodeName, opts.MountpointNamespace, opts.HealthPeriod, api, sink)
 	s.server = csi.NewServer(csi.Config{
 		NodeName: opts.NodeName, DriverVersion: version.Version, KubeletDir: opts.KubeletDir, MounterUID: mppod.MounterUID,
 		MountpointNamespace: opts.MountpointNamespace, DriverCredentials: opts.DriverCredentials,
 		Region: opts.S3Region, EndpointURL: opts.S3EndpointURL, PathStyle: opts.S3PathStyle,
 		LegacyTokenFile: opts.LegacyTokenFile, Unbound: s.cleaner.Unbound,
+		DeadSource: s.health.Report,
 	}, waiter, pods, locks, sink, m)
-	s.health = health.New(opts.KubeletDir, opts.NodeName, opts.MountpointNamespace, opts.HealthPeriod, api, sink)
 	s.grpc = csi.NewGRPCServer(opts.CSIEndpoint, s.server, log.WithName("csi"), m)
 	if opts.RegisterWithKubelet {
 		s.reg = registration.New(mppod.DriverName, strings.TrimPrefix(opts.CSIEndpoint, "unix://"),

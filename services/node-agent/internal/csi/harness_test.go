@@ -158,6 +158,8 @@ type nodeOptions struct {
 	legacyTokenFile string
 	// unbound is called after every unpublish.
 	unbound func()
+	// deadSource is called before a dead source is mounted again.
+	deadSource func(ctx context.Context, mountpointPod, exceptPodUID string)
 }
 
 func startNode(t testing.TB, o nodeOptions) *node {
@@ -196,7 +198,7 @@ func startNode(t testing.TB, o nodeOptions) *node {
 		NodeName: n.name, DriverVersion: "test", KubeletDir: n.kubelet.Root,
 		MountpointNamespace: mppod.DefaultNamespace, DriverCredentials: o.driverCreds, Region: "us-east-1",
 		EndpointURL: endpoint, PathStyle: true, LegacyTokenFile: o.legacyTokenFile,
-		Unbound: o.unbound,
+		Unbound: o.unbound, DeadSource: o.deadSource,
 	}, &countingWaiter{Waiter: n.waiter, finds: &n.finds}, pods, n.mpLocks, nil, nil)
 	n.server.SetReady(true)
 	g := csi.NewGRPCServer("unix://"+filepath.Join(t.TempDir(), "csi.sock"), n.server, log, nil)
@@ -276,11 +278,12 @@ func (mp *mountpointPod) start(t testing.TB, realEngine bool) error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start mounter: %w", err)
 	}
-	mp.proc, mp.exited = cmd, make(chan error, 1)
-	go func() { mp.exited <- cmd.Wait() }()
+	exited := make(chan error, 1)
+	mp.proc, mp.exited = cmd, exited
+	go func() { exited <- cmd.Wait() }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
-		_ = receive(mp.exited)
+		_ = receive(exited) // this process's, even when the pod's mounter was started again
 	})
 	return nil
 }

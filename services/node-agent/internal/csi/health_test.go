@@ -2,6 +2,7 @@ package csi_test
 
 import (
 	"context"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/s3csi/s3csi/shared/mppod"
+	"github.com/s3csi/s3csi/shared/testenv/testfs"
 
 	"github.com/s3csi/s3csi/services/node-agent/internal/health"
 )
@@ -61,4 +63,48 @@ func warnings(ctx context.Context, t *testing.T, pod *corev1.Pod) []corev1.Event
 		}
 	}
 	return out
+}
+
+// kubelet republishes a workload whose Mountpoint Pod died before the health monitor looked:
+// the publish mounts the source again, and the workload, whose container still holds the dead
+// mount, is told all the same, once.
+func TestADeadSourceMountedAgainByAPublishIsReported(t *testing.T) {
+	var monitor *health.Monitor
+	n := startNode(t, nodeOptions{fallback: 200 * time.Millisecond, deadSource: func(ctx context.Context, mp, except string) {
+		monitor.Report(ctx, mp, except)
+	}})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	workload := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "app-", Namespace: "default"},
+		Spec:       corev1.PodSpec{NodeName: n.name, Containers: []corev1.Container{{Name: "app", Image: "app"}}},
+	}
+	if err := apiServer.Client.Create(ctx, workload); err != nil {
+		t.Fatal(err)
+	}
+	monitor = health.New(n.kubelet.Root, n.name, mppod.DefaultNamespace, time.Hour, apiServer.Client, nil)
+	pv, uid := "pv-healed", string(workload.UID)
+	mpName := mppod.Name(uid, pv)
+	mp := n.createMountpointPod(mpName)
+	n.assign(pv, "vol", uid, mpName)
+	target := n.target(workload.UID, pv)
+	req := publishRequest("vol", target, "bucket-b", workload.UID)
+	if _, err := n.client.NodePublishVolume(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	mp.kill(t)
+	if err := mp.start(t, false); err != nil { // kubelet restarts the container
+		t.Fatal(err)
+	}
+	if _, err := n.client.NodePublishVolume(ctx, req); err != nil {
+		t.Fatalf("republish over a dead source: %v", err)
+	}
+	if got := readFile(t, filepath.Join(target, testfs.HelloName)); got != testfs.HelloContent {
+		t.Fatalf("the target serves %q after the republish", got)
+	}
+	monitor.Check(ctx) // finds the source live: nothing more to report
+	got := warnings(ctx, t, workload)
+	if len(got) != 1 || !strings.Contains(got[0].Message, mpName) {
+		t.Fatalf("warnings on the workload = %v, want one naming %s", got, mpName)
+	}
 }

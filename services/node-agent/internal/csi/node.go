@@ -76,6 +76,10 @@ type Config struct {
 	// Unbound, when set, is called after every target NodeUnpublishVolume removed, so that a
 	// source waiting for its last bind to go is cleaned at once (cleanup.Cleaner.Unbound).
 	Unbound func()
+	// DeadSource, when set, is called before a dead source is mounted again, with the
+	// Mountpoint Pod and the workload pod (if any) whose first publish this is: its workloads
+	// still hold the dead mount and must be told (health.Monitor.Report).
+	DeadSource func(ctx context.Context, mountpointPod, exceptPodUID string)
 }
 
 // Server implements csi.IdentityServer and csi.NodeServer.

@@ -147,6 +147,7 @@ func (s *Server) republish(ctx context.Context, p *publishRequest) (bool, error)
 		return false, notAnswering(p.Target, s.cfg.MountpointNamespace)
 	case mount.Corrupted:
 		log.Info("Target is a dead mount; replacing it", "target", p.Target)
+		p.deadTarget = true
 		if err := mount.Unmount(p.Target); err != nil {
 			return false, status.Errorf(codes.Internal, "remove dead mount at %s: %v", p.Target, err)
 		}
@@ -293,6 +294,13 @@ func (s *Server) ensureSource(ctx context.Context, source string, probed probedS
 		return false, status.Errorf(codes.Internal, "source %s holds a %s mount, not this driver's FUSE mount", source, entry.FsType)
 	case mount.Corrupted:
 		log.Info("The Mountpoint Pod's filesystem is dead; mounting it again for new workloads", "source", source)
+		if s.cfg.DeadSource != nil {
+			except := p.PodUID
+			if p.deadTarget {
+				except = "" // this workload used the dead mount too
+			}
+			s.cfg.DeadSource(ctx, a.MountpointPod, except)
+		}
 		if err := mount.Unmount(source); err != nil {
 			return false, status.Errorf(codes.Internal, "remove dead source mount %s: %v", source, err)
 		}

@@ -32,6 +32,9 @@ type publishRequest struct {
 	// attachment's sharing key records joined by ",".
 	MountFlags []string
 	Secrets    map[string]string
+	// deadTarget is set when the target held a dead mount of this workload's (its container
+	// holds that mount).
+	deadTarget bool
 }
 
 // parseTarget checks that target is a kubelet CSI target under kubeletDir and returns the pod

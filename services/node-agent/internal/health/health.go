@@ -6,10 +6,12 @@ package health
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -34,7 +36,10 @@ type Monitor struct {
 	period                      time.Duration
 	api                         client.Client
 	sink                        csi.EventSink
-	reported                    map[string]bool
+
+	// mu guards reported: Check and Report (called by NodePublishVolume) both report.
+	mu       sync.Mutex
+	reported map[string]bool
 	// hung are the sources found not answering, logged once per incident.
 	hung map[string]bool
 }
@@ -99,23 +104,20 @@ func (m *Monitor) Check(ctx context.Context) map[string]mount.State {
 		}
 		delete(m.hung, name)
 		if err != nil || state != mount.Corrupted {
+			m.mu.Lock()
 			delete(m.reported, name)
+			m.mu.Unlock()
 			continue
 		}
-		if m.reported[name] {
-			continue
-		}
-		if err := m.report(ctx, name); err != nil {
-			log.Error(err, "Reporting a dead mount failed; retrying", "mountpointPod", name)
-			continue
-		}
-		m.reported[name] = true
+		m.Report(ctx, name, "")
 	}
+	m.mu.Lock()
 	for name := range m.reported {
 		if !seen[name] {
 			delete(m.reported, name)
 		}
 	}
+	m.mu.Unlock()
 	for name := range m.hung {
 		if !seen[name] {
 			delete(m.hung, name)
@@ -124,8 +126,30 @@ func (m *Monitor) Check(ctx context.Context) map[string]mount.State {
 	return states
 }
 
+// Report reports the dead filesystem of Mountpoint Pod mp, once per incident, on each of its
+// workloads but exceptPodUID; a failed report is logged and retried by the next Check.
+//
+// Problem: NodePublishVolume mounts a dead source again as soon as kubelet asks (a republish,
+// or a new workload), often before the next Check, which then finds it live and reports
+// nothing, while the workloads that used the dead mount keep seeing "transport endpoint is not
+// connected" (their containers hold the old mount).
+// Solution: the publish that finds the source dead calls Report before mounting it again; the
+// workload it publishes for the first time is excepted (it gets the new mount).
+func (m *Monitor) Report(ctx context.Context, mp, exceptPodUID string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.reported[mp] {
+		return
+	}
+	if err := m.report(ctx, mp, exceptPodUID); err != nil {
+		logr.FromContextOrDiscard(ctx).Error(err, "Reporting a dead mount failed; retrying", "mountpointPod", mp)
+		return
+	}
+	m.reported[mp] = true
+}
+
 // report publishes mount.failed and a Warning Event on each workload of the Mountpoint Pod.
-func (m *Monitor) report(ctx context.Context, mp string) error {
+func (m *Monitor) report(ctx context.Context, mp, exceptPodUID string) error {
 	var s3pas s3csiv2.MountpointS3PodAttachmentList
 	if err := m.api.List(ctx, &s3pas, client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector(s3csiv2.FieldNodeName, m.node)}); err != nil {
 		return fmt.Errorf("list attachments: %w", err)
@@ -134,12 +158,15 @@ func (m *Monitor) report(ctx context.Context, mp string) error {
 	var volumeID, pvName string
 	for _, a := range s3pas.Items {
 		for _, w := range a.Spec.MountpointS3PodAttachments[mp] {
+			if w.WorkloadPodUID == exceptPodUID {
+				continue
+			}
 			uids[w.WorkloadPodUID] = true
 			volumeID, pvName = a.Spec.VolumeID, a.Spec.PersistentVolumeName
 		}
 	}
-	msg := fmt.Sprintf("The S3 filesystem served by Mountpoint Pod %s/%s stopped (transport endpoint is not connected); "+
-		"restart this pod to mount the volume again, and see kubectl logs -n %s %s --previous", m.namespace, mp, m.namespace, mp)
+	msg := fmt.Sprintf("The S3 filesystem served by Mountpoint Pod %s/%s stopped (transport endpoint is not connected)%s; "+
+		"restart this pod to mount the volume again, and see kubectl logs -n %s %s --previous", m.namespace, mp, m.exitCause(ctx, mp), m.namespace, mp)
 	logr.FromContextOrDiscard(ctx).Info("A Mountpoint Pod's filesystem is dead", "mountpointPod", mp, "workloads", len(uids))
 	var pods corev1.PodList
 	if err := m.api.List(ctx, &pods, client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("spec.nodeName", m.node)}); err != nil {
@@ -161,6 +188,38 @@ func (m *Monitor) report(ctx context.Context, mp string) error {
 			MountpointPodName: mp, WorkloadPodUids: affected, Reason: Reason, Message: msg})
 	}
 	return nil
+}
+
+// exitCause says how the Mountpoint Pod's mounter ended, when its pod status already tells
+// (kubelet records it within a second or so): ": the mounter was OOM-killed", ": the mounter
+// exited with code 137". It is empty when the status says nothing yet.
+func (m *Monitor) exitCause(ctx context.Context, mp string) string {
+	var pod corev1.Pod
+	if err := m.api.Get(ctx, client.ObjectKey{Namespace: m.namespace, Name: mp}, &pod); err != nil {
+		if apierrors.IsNotFound(err) {
+			return ": its pod was deleted"
+		}
+		return ""
+	}
+	if pod.Status.Reason == "Evicted" {
+		return ": its pod was evicted (" + pod.Status.Message + ")"
+	}
+	for _, c := range pod.Status.ContainerStatuses {
+		t := c.State.Terminated
+		if t == nil {
+			t = c.LastTerminationState.Terminated
+		}
+		switch {
+		case t == nil:
+		case t.Reason == "OOMKilled":
+			return ": the mounter was OOM-killed (memory limit reached)"
+		case t.Signal != 0:
+			return fmt.Sprintf(": the mounter was killed by signal %d", t.Signal)
+		default:
+			return fmt.Sprintf(": the mounter exited with code %d", t.ExitCode)
+		}
+	}
+	return ""
 }
 
 func warning(p *corev1.Pod, node, msg string) *corev1.Event {
