@@ -54,13 +54,23 @@ func TestRenderedManifestsMatchGolden(t *testing.T) {
 // service's key and its random password.
 var generatedPassword = regexp.MustCompile(`(?m)^(  (?:csi-controller|pod-reconciler|node-agent|janitor): )[A-Za-z0-9+/=]+$`)
 
-// maskGeneratedPasswords replaces the random passwords of the s3csi-nats-auth Secret, which
-// differ at every rendering, with a fixed text; no other line can match.
+// generatedKey matches the data line of the generated ownership key.
+var generatedKey = regexp.MustCompile(`(?m)^(  key: )[A-Za-z0-9+/=]+$`)
+
+// maskGeneratedPasswords replaces the random passwords of the s3csi-nats-auth Secret and the
+// random key of the s3csi-ownership-keys Secret, which differ at every rendering, with a fixed
+// text; no other line can match.
 func maskGeneratedPasswords(manifests []byte) []byte {
 	docs := bytes.Split(manifests, []byte("\n---\n"))
 	for i, d := range docs {
-		if bytes.Contains(d, []byte("\nkind: Secret\n")) && bytes.Contains(d, []byte("\n  name: s3csi-nats-auth\n")) {
+		if !bytes.Contains(d, []byte("\nkind: Secret\n")) {
+			continue
+		}
+		switch {
+		case bytes.Contains(d, []byte("\n  name: s3csi-nats-auth\n")):
 			docs[i] = generatedPassword.ReplaceAll(d, []byte("${1}GENERATED"))
+		case bytes.Contains(d, []byte("\n  name: s3csi-ownership-keys\n")):
+			docs[i] = generatedKey.ReplaceAll(d, []byte("${1}GENERATED"))
 		}
 	}
 	return bytes.Join(docs, []byte("\n---\n"))

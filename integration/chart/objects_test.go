@@ -23,6 +23,12 @@ func render(t *testing.T, ciName string) []*unstructured.Unstructured {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return decode(t, out)
+}
+
+// decode returns the objects of rendered manifests.
+func decode(t *testing.T, out []byte) []*unstructured.Unstructured {
+	t.Helper()
 	dec := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
 	var objs []*unstructured.Unstructured
 	for {

@@ -52,7 +52,7 @@ func payload(t events.Type, node string) proto.Message {
 	case events.TypeVolumeCreated:
 		return &eventspb.VolumeCreated{VolumeId: "vol-a", BucketName: "bucket-a", RequestName: "pvc-123"}
 	case events.TypeVolumeDeleted:
-		return &eventspb.VolumeDeleted{VolumeId: "vol-a", BucketName: "bucket-a", BucketDeleted: true}
+		return &eventspb.VolumeDeleted{VolumeId: "vol-a", BucketName: "bucket-a", BucketDeleted: true, Reason: "Deleted"}
 	case events.TypeAttachmentCleaned:
 		return &eventspb.AttachmentCleaned{Node: node, AttachmentName: "s3pa-abc",
 			WorkloadPodUid: uidWeb0, MountpointPodName: mpName, Reason: "WorkloadGone"}

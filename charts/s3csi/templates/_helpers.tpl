@@ -156,6 +156,11 @@ csi-controller pod-reconciler node-agent janitor
 {{- end }}
 
 {{/* Secret holding the services' NATS passwords. */}}
+{{/* The Secret of the csi-controller's ownership-proof keys. */}}
+{{- define "s3csi.ownershipKeysSecret" -}}
+{{- .Values.controller.ownershipKeys.existingSecret | default "s3csi-ownership-keys" -}}
+{{- end }}
+
 {{- define "s3csi.natsAuthSecret" -}}
 {{- if .Values.nats.auth.existingSecret -}}
 {{ .Values.nats.auth.existingSecret }}

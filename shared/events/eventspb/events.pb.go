@@ -687,8 +687,13 @@ type VolumeDeleted struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	VolumeId   string                 `protobuf:"bytes,1,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
 	BucketName string                 `protobuf:"bytes,2,opt,name=bucket_name,json=bucketName,proto3" json:"bucket_name,omitempty"`
-	// False when the bucket was kept (not created by s3csi) or was already gone.
+	// False when the bucket was kept or was already gone; reason says which.
 	BucketDeleted bool `protobuf:"varint,3,opt,name=bucket_deleted,json=bucketDeleted,proto3" json:"bucket_deleted,omitempty"`
+	// Why, for the audit trail: "Deleted"; "Absent" (already gone); "NotCreatedByS3csi" (no
+	// s3csi tags: a static volume's bucket); "OwnershipNotProven" (s3csi's tags without an
+	// ownership proof this controller's keys verify: tagged by someone else, by another
+	// installation, or by an s3csi release older than the proofs).
+	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -742,6 +747,13 @@ func (x *VolumeDeleted) GetBucketDeleted() bool {
 		return x.BucketDeleted
 	}
 	return false
+}
+
+func (x *VolumeDeleted) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
 }
 
 // io.s3csi.attachment.cleaned.v1: the janitor removed something the normal paths left behind.
@@ -882,12 +894,13 @@ const file_s3csi_events_v1_events_proto_rawDesc = "" +
 	"\tvolume_id\x18\x01 \x01(\tR\bvolumeId\x12\x1f\n" +
 	"\vbucket_name\x18\x02 \x01(\tR\n" +
 	"bucketName\x12!\n" +
-	"\frequest_name\x18\x03 \x01(\tR\vrequestName\"t\n" +
+	"\frequest_name\x18\x03 \x01(\tR\vrequestName\"\x8c\x01\n" +
 	"\rVolumeDeleted\x12\x1b\n" +
 	"\tvolume_id\x18\x01 \x01(\tR\bvolumeId\x12\x1f\n" +
 	"\vbucket_name\x18\x02 \x01(\tR\n" +
 	"bucketName\x12%\n" +
-	"\x0ebucket_deleted\x18\x03 \x01(\bR\rbucketDeleted\"\xc2\x01\n" +
+	"\x0ebucket_deleted\x18\x03 \x01(\bR\rbucketDeleted\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\"\xc2\x01\n" +
 	"\x11AttachmentCleaned\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12'\n" +
 	"\x0fattachment_name\x18\x02 \x01(\tR\x0eattachmentName\x12(\n" +

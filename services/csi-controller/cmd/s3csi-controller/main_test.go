@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,8 +14,12 @@ import (
 // healthy and exit 0 promptly on SIGTERM, or a rollout would wait out the grace period.
 func TestBinaryStopsCleanlyOnSIGTERM(t *testing.T) {
 	s3 := testenv.StartS3(t)
+	keys := t.TempDir()
+	if err := os.WriteFile(filepath.Join(keys, "key"), []byte(strings.Repeat("k", 32)), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	p := testenv.StartHealthyBinary(t, binary, "--admin-address=127.0.0.1:0",
-		"--csi-endpoint=unix://"+filepath.Join(t.TempDir(), "csi.sock"), "--s3-endpoint="+s3.Endpoint)
+		"--csi-endpoint=unix://"+filepath.Join(t.TempDir(), "csi.sock"), "--s3-endpoint="+s3.Endpoint, "--ownership-keys-dir="+keys)
 	p.StopsCleanlyOnSIGTERM(t, 5*time.Second)
 }
 

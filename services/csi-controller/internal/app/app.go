@@ -20,6 +20,7 @@ import (
 	"github.com/s3csi/s3csi/services/csi-controller/internal/csiserver"
 	"github.com/s3csi/s3csi/services/csi-controller/internal/metrics"
 	"github.com/s3csi/s3csi/services/csi-controller/internal/options"
+	"github.com/s3csi/s3csi/services/csi-controller/internal/proof"
 )
 
 // clientName names the csi-controller's NATS connection.
@@ -69,6 +70,10 @@ func newService(ctx context.Context, opts *options.Options, log logr.Logger) (*s
 	if opts.CredentialsDir != "" {
 		creds = controller.DirCredentials(opts.CredentialsDir)
 	}
+	keys, err := proof.LoadDir(opts.OwnershipKeysDir)
+	if err != nil {
+		return nil, fmt.Errorf("--ownership-keys-dir: %w", err)
+	}
 	outbox, closeNATS, err := events.OpenOutbox(ctx, opts.NATSURL, clientName, events.OutboxOptions{
 		Source: controller.EventSource, Metrics: eventMetrics, Log: log.WithName("events"),
 		Connect: opts.NATSAuth.Options(), Stream: opts.StreamConfig(),
@@ -76,10 +81,14 @@ func newService(ctx context.Context, opts *options.Options, log logr.Logger) (*s
 	if err != nil {
 		return nil, err
 	}
-	ctrl := controller.New(controller.Config{
+	ctrl, err := controller.New(controller.Config{
 		Endpoint: ep, HTTPClient: hc, DriverCredentials: creds, CredentialsCacheTTL: opts.CredentialsCacheTTL,
-		BucketPrefix: opts.BucketPrefix, Metrics: m, Notifier: outbox,
+		BucketPrefix: opts.BucketPrefix, OwnershipKeys: keys, Metrics: m, Notifier: outbox,
 	})
+	if err != nil {
+		closeNATS()
+		return nil, err
+	}
 	srv := csiserver.New(opts.CSIEndpoint, csiserver.NewIdentity(opts.DriverVersion), ctrl, m, log.WithName("csi"))
 	a := admin.New(opts.AdminAddr, reg)
 	a.AddReadyCheck(

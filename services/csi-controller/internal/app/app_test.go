@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -37,6 +38,10 @@ func testOptions(t *testing.T, endpoint string) *options.Options {
 	opts.CSIEndpoint = "unix://" + filepath.Join(t.TempDir(), "csi.sock")
 	opts.S3Endpoint = endpoint
 	opts.NATSURL = ""
+	opts.OwnershipKeysDir = t.TempDir()
+	if err := os.WriteFile(filepath.Join(opts.OwnershipKeysDir, "key"), []byte(strings.Repeat("k", 32)), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	return opts
 }
 

@@ -27,24 +27,40 @@ type S3API interface {
 }
 
 // Tags that mark a bucket as created by s3csi for one volume. S3 bucket tags are metadata of
-// the bucket itself: they add no object, so an empty volume's bucket stays empty.
+// the bucket itself: they add no object, so an empty volume's bucket stays empty. Anyone allowed
+// to tag the bucket can write them; TagOwnershipProof is what only the csi-controller can.
 const (
-	TagVolumeName    = "s3csi.scality.com/volume-name"
-	TagParameters    = "s3csi.scality.com/parameters"
-	TagCapacity      = "s3csi.scality.com/capacity-bytes"
-	TagEmptyOnDelete = "s3csi.scality.com/empty-on-delete"
-	TagCreatedAt     = "s3csi.scality.com/created-at"
+	TagVolumeName           = "s3csi.scality.com/volume-name"
+	TagParameters           = "s3csi.scality.com/parameters"
+	TagCapacity             = "s3csi.scality.com/capacity-bytes"
+	TagEmptyOnDelete        = "s3csi.scality.com/empty-on-delete"
+	TagCreatedAt            = "s3csi.scality.com/created-at"
+	TagAuthenticationSource = "s3csi.scality.com/authentication-source"
+	TagOwnershipProof       = "s3csi.scality.com/ownership-proof"
 )
 
 // ownership is what the tags of a bucket say about it.
 type ownership struct {
-	// owned is true when the bucket carries TagVolumeName.
+	// owned is true when the bucket carries TagVolumeName: s3csi's tags, which anyone allowed
+	// to tag the bucket could have written (see Controller.proven).
 	owned         bool
 	volumeName    string
 	parameters    string
 	capacity      int64
 	emptyOnDelete bool
 	createdAt     string
+	// authSource is volumecontext.AuthenticationSourceSecret when CreateVolume had a provisioner
+	// secret, else AuthenticationSourceDriver; DeleteVolume must then have one too.
+	authSource string
+	proof      string
+}
+
+// signed returns every tag value but the proof, with the bucket: what the proof covers.
+func (o ownership) signed(bucket string) []string {
+	return []string{
+		bucket, o.volumeName, o.parameters, strconv.FormatInt(o.capacity, 10),
+		strconv.FormatBool(o.emptyOnDelete), o.createdAt, o.authSource,
+	}
 }
 
 func (o ownership) tags() []types.Tag {
@@ -54,9 +70,13 @@ func (o ownership) tags() []types.Tag {
 		{Key: aws.String(TagCapacity), Value: aws.String(strconv.FormatInt(o.capacity, 10))},
 		{Key: aws.String(TagEmptyOnDelete), Value: aws.String(strconv.FormatBool(o.emptyOnDelete))},
 		{Key: aws.String(TagCreatedAt), Value: aws.String(o.createdAt)},
+		{Key: aws.String(TagAuthenticationSource), Value: aws.String(o.authSource)},
+		{Key: aws.String(TagOwnershipProof), Value: aws.String(o.proof)},
 	}
 }
 
+// parseOwnership reads the tags. The proof covers the values read, not the text of the tags:
+// "0010" for "10" changes nothing the controller does.
 func parseOwnership(tags []types.Tag) ownership {
 	var o ownership
 	for _, t := range tags {
@@ -72,6 +92,10 @@ func parseOwnership(tags []types.Tag) ownership {
 			o.emptyOnDelete = v == "true"
 		case TagCreatedAt:
 			o.createdAt = v
+		case TagAuthenticationSource:
+			o.authSource = v
+		case TagOwnershipProof:
+			o.proof = v
 		}
 	}
 	return o

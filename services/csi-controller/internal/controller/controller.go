@@ -4,6 +4,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/s3csi/s3csi/shared/volumecontext"
 
 	"github.com/s3csi/s3csi/services/csi-controller/internal/metrics"
+	"github.com/s3csi/s3csi/services/csi-controller/internal/proof"
 )
 
 // DefaultCapacityBytes is the capacity reported for a volume whose request names none. A bucket
@@ -35,7 +37,10 @@ type Config struct {
 	CredentialsCacheTTL time.Duration
 	// BucketPrefix starts every bucket name (see BucketName).
 	BucketPrefix string
-	Metrics      *metrics.Metrics
+	// OwnershipKeys sign the buckets CreateVolume makes and verify those DeleteVolume deletes.
+	// Required.
+	OwnershipKeys *proof.Keys
+	Metrics       *metrics.Metrics
 	// Notifier publishes volume events; nil disables them.
 	Notifier Notifier
 }
@@ -46,22 +51,27 @@ type Controller struct {
 
 	clients  *clients
 	prefix   string
+	keys     *proof.Keys
 	metrics  *metrics.Metrics
 	notifier Notifier
 	locks    *keymutex.Mutex
 	now      func() time.Time
 }
 
-// New returns a Controller.
-func New(cfg Config) *Controller {
+// New returns a Controller; it refuses a Config without ownership keys.
+func New(cfg Config) (*Controller, error) {
+	if cfg.OwnershipKeys == nil {
+		return nil, errors.New("new controller: no ownership keys: DeleteVolume could not tell its buckets from others")
+	}
 	return &Controller{
 		clients:  newClients(cfg.Endpoint, cfg.HTTPClient, cfg.DriverCredentials, cfg.CredentialsCacheTTL),
 		prefix:   cfg.BucketPrefix,
+		keys:     cfg.OwnershipKeys,
 		metrics:  cfg.Metrics,
 		notifier: cfg.Notifier,
 		locks:    &keymutex.Mutex{},
 		now:      time.Now,
-	}
+	}, nil
 }
 
 // ControllerGetCapabilities advertises CREATE_DELETE_VOLUME only: buckets need no attach, no

@@ -20,11 +20,12 @@ import (
 // or after it created the bucket but before it tagged it; a retry must neither create a second
 // bucket nor fail on the first one's leftovers.
 // Solution: the bucket name is derived from the request name; the bucket's tags record the
-// request name, its parameters and capacity; a retry finds the bucket and compares; an
-// untagged bucket of that name that is still empty is the half-done work of an earlier call and
-// is tagged now.
+// request name, its parameters, capacity and credential source, signed (see proven); a retry
+// finds the bucket and compares; a bucket of that name without a valid proof that is still
+// empty is the half-done work of an earlier call (or of no use to anyone) and is tagged now.
 // Invariant: one bucket per request name; a response, once returned, is returned again for any
-// compatible retry; a bucket holding data that s3csi did not tag is never taken over.
+// compatible retry; a bucket holding data that this csi-controller did not sign is never taken
+// over.
 func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
 	if req.GetName() == "" {
 		return nil, status.Error(codes.InvalidArgument, "name is required")
@@ -57,11 +58,11 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	}
 	defer unlock()
 
-	want := ownership{
+	want := c.signed(bucket, ownership{
 		owned: true, volumeName: req.GetName(), parameters: fingerprint(params, authSource),
 		capacity: capacity, emptyOnDelete: params.EmptyBucketOnDelete,
-		createdAt: c.now().UTC().Format(time.RFC3339Nano),
-	}
+		createdAt: c.now().UTC().Format(time.RFC3339Nano), authSource: authSource,
+	})
 	ops := bucketOps{api: api, metrics: c.metrics}
 	got, err := c.ensureBucket(ctx, ops, bucket, want, req.GetCapacityRange())
 	if err != nil {
@@ -80,7 +81,8 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	}}, nil
 }
 
-// ensureBucket makes sure bucket exists and is tagged for want, and returns its ownership.
+// ensureBucket makes sure bucket exists and is tagged for want (signed), and returns its
+// ownership.
 // It probes with GetBucketTagging rather than HeadBucket: one call tells "missing", "not
 // s3csi's" and "s3csi's, for this volume" apart, and its error responses have a body, so a
 // wrong secret is told from a missing permission.
@@ -108,8 +110,8 @@ func (c *Controller) ensureBucket(ctx context.Context, ops bucketOps, bucket str
 	if err != nil {
 		return ownership{}, s3Status(err, fmt.Sprintf("read the tags of bucket %q", bucket))
 	}
-	if !have.owned {
-		return c.adopt(ctx, ops, bucket, want)
+	if !c.proven(bucket, have) {
+		return c.adopt(ctx, ops, bucket, want, have.owned)
 	}
 	switch {
 	case have.volumeName != want.volumeName:
@@ -125,13 +127,18 @@ func (c *Controller) ensureBucket(ctx context.Context, ops bucketOps, bucket str
 	return have, nil
 }
 
-// adopt tags an untagged bucket of the derived name when it is empty: it is what an earlier
-// call left between CreateBucket and PutBucketTagging. A bucket holding objects is someone's
-// data and is refused.
-func (c *Controller) adopt(ctx context.Context, ops bucketOps, bucket string, want ownership) (ownership, error) {
+// adopt tags a bucket of the derived name that has no valid proof when it is empty: it is
+// what an earlier call left between CreateBucket and PutBucketTagging, or a bucket tagged by
+// someone else or by an s3csi release older than the proofs, which holds nothing to lose. A
+// bucket holding objects is someone's data and is refused.
+func (c *Controller) adopt(ctx context.Context, ops bucketOps, bucket string, want ownership, tagged bool) (ownership, error) {
 	empty, err := ops.isEmpty(ctx, bucket)
 	if err != nil {
 		return ownership{}, s3Status(err, fmt.Sprintf("list bucket %q", bucket))
+	}
+	if !empty && tagged {
+		return ownership{}, status.Errorf(codes.AlreadyExists,
+			"bucket %q exists, holds objects and carries s3csi tags without an ownership proof this csi-controller can verify; it is not taken over: rename it, or use it through a static PersistentVolume", bucket)
 	}
 	if !empty {
 		return ownership{}, status.Errorf(codes.AlreadyExists,
@@ -140,7 +147,7 @@ func (c *Controller) adopt(ctx context.Context, ops bucketOps, bucket string, wa
 	if err := ops.tag(ctx, bucket, want); err != nil {
 		return ownership{}, s3Status(err, fmt.Sprintf("tag bucket %q", bucket))
 	}
-	c.log(ctx).Info("Tagged the empty bucket an interrupted CreateVolume left", "volume", bucket)
+	c.log(ctx).Info("Tagged an empty bucket of the volume's name that had no valid ownership proof", "volume", bucket, "hadS3csiTags", tagged)
 	return want, nil
 }
 

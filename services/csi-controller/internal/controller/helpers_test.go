@@ -37,6 +37,7 @@ import (
 
 	"github.com/s3csi/s3csi/services/csi-controller/internal/controller"
 	"github.com/s3csi/s3csi/services/csi-controller/internal/metrics"
+	"github.com/s3csi/s3csi/services/csi-controller/internal/proof"
 )
 
 const testPrefix = "csi-s3-"
@@ -63,6 +64,18 @@ func withDriverCredentials(d controller.DriverCredentials) envOption {
 	return func(c *controller.Config) { c.DriverCredentials = d }
 }
 
+// testKey is the ownership key of every test controller unless withOwnershipKeys replaces it:
+// controllers of one test that share an S3 server act as one installation.
+var testKey = []byte("0123456789abcdef0123456789abcdef")
+
+func withOwnershipKeys(t testing.TB, keys ...[]byte) envOption {
+	k, err := proof.NewKeys(keys...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func(c *controller.Config) { c.OwnershipKeys = k }
+}
+
 func newEnv(t *testing.T, srv *testenv.S3, opts ...envOption) *env {
 	t.Helper()
 	return newEnvTB(t, srv, opts...)
@@ -80,8 +93,13 @@ func newEnvTB(t testing.TB, srv *testenv.S3, opts ...envOption) *env {
 	}
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
+	keys, err := proof.NewKeys(testKey)
+	if err != nil {
+		t.Fatal(err)
+	}
 	cfg := controller.Config{
-		Endpoint: s3client.Endpoint{URL: srv.Endpoint, Region: srv.Region, PathStyle: true},
+		OwnershipKeys: keys,
+		Endpoint:      s3client.Endpoint{URL: srv.Endpoint, Region: srv.Region, PathStyle: true},
 		DriverCredentials: func() (s3client.Credentials, error) {
 			return s3client.Credentials{AccessKeyID: srv.AccessKey, SecretAccessKey: srv.SecretKey}, nil
 		},
@@ -98,7 +116,11 @@ func newEnvTB(t testing.TB, srv *testenv.S3, opts ...envOption) *env {
 	}
 	t.Cleanup(hc.CloseIdleConnections)
 	cfg.HTTPClient = hc
-	return &env{s3: srv, ctrl: controller.New(cfg), metrics: m, reg: reg}
+	ctrl, err := controller.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{s3: srv, ctrl: ctrl, metrics: m, reg: reg}
 }
 
 func testContext(t *testing.T) context.Context {

@@ -29,6 +29,7 @@ import (
 	"github.com/s3csi/s3csi/services/csi-controller/internal/controller"
 	"github.com/s3csi/s3csi/services/csi-controller/internal/csiserver"
 	"github.com/s3csi/s3csi/services/csi-controller/internal/metrics"
+	"github.com/s3csi/s3csi/services/csi-controller/internal/proof"
 )
 
 func TestMain(m *testing.M) {
@@ -64,12 +65,16 @@ func startServer(t *testing.T, srv *testenv.S3, endpoint string, log logr.Logger
 		t.Fatal(err)
 	}
 	t.Cleanup(hc.CloseIdleConnections)
-	ctrl := controller.New(controller.Config{
+	ctrl, err := controller.New(controller.Config{
 		Endpoint: ep, HTTPClient: hc, CredentialsCacheTTL: time.Minute, BucketPrefix: "sanity-", Metrics: m,
 		DriverCredentials: func() (s3client.Credentials, error) {
 			return s3client.Credentials{AccessKeyID: srv.AccessKey, SecretAccessKey: srv.SecretKey}, nil
 		},
+		OwnershipKeys: testKeys(t),
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	s := csiserver.New(endpoint, csiserver.NewIdentity("v-test"), ctrl, m, log)
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &harness{server: s, reg: reg, cancel: cancel, done: make(chan error, 1)}
@@ -184,8 +189,11 @@ func TestServerReplacesAStaleSocketButNotAFile(t *testing.T) {
 	if err := os.WriteFile(file, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s := csiserver.New("unix://"+file, csiserver.NewIdentity("v"), controller.New(controller.Config{Metrics: metrics.New(prometheus.NewRegistry())}),
-		metrics.New(prometheus.NewRegistry()), testr.New(t))
+	ctrl, err := controller.New(controller.Config{Metrics: metrics.New(prometheus.NewRegistry()), OwnershipKeys: testKeys(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := csiserver.New("unix://"+file, csiserver.NewIdentity("v"), ctrl, metrics.New(prometheus.NewRegistry()), testr.New(t))
 	if err := s.Start(t.Context()); err == nil || !strings.Contains(err.Error(), "not a socket") {
 		t.Errorf("Start() on a regular file = %v, want a refusal", err)
 	}
@@ -213,4 +221,13 @@ func counter(t *testing.T, reg *prometheus.Registry, method, code string) promet
 	}
 	t.Fatalf("no csi_rpcs_total{method=%s, code=%s}", method, code)
 	return nil
+}
+
+func testKeys(t *testing.T) *proof.Keys {
+	t.Helper()
+	k, err := proof.NewKeys([]byte("0123456789abcdef0123456789abcdef"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
 }

@@ -15,6 +15,8 @@ import (
 	"github.com/s3csi/s3csi/shared/s3client"
 	"github.com/s3csi/s3csi/shared/servicecmd"
 	"github.com/s3csi/s3csi/shared/version"
+
+	"github.com/s3csi/s3csi/services/csi-controller/internal/proof"
 )
 
 // Defaults that tests and documentation refer to.
@@ -54,6 +56,11 @@ type Options struct {
 	CredentialsCacheTTL time.Duration
 	// BucketPrefix starts the name of every bucket CreateVolume makes.
 	BucketPrefix string
+	// OwnershipKeysDir holds the keys of the buckets' ownership proofs, one per file of at
+	// least 32 bytes, e.g. a mounted Secret: the file "key" signs the buckets CreateVolume
+	// makes, and every file verifies those DeleteVolume deletes, so a rotated-out key can stay
+	// for the buckets it signed. Required.
+	OwnershipKeysDir string
 	// DriverVersion is reported by GetPluginInfo.
 	DriverVersion string
 }
@@ -85,6 +92,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"directory holding the driver's access_key_id, secret_access_key and optional session_token files; empty reads AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN")
 	fs.DurationVar(&o.CredentialsCacheTTL, "credentials-cache-ttl", o.CredentialsCacheTTL, "how long an S3 client built for a set of credentials is reused")
 	fs.StringVar(&o.BucketPrefix, "bucket-prefix", o.BucketPrefix, "prefix of the name of every bucket CreateVolume makes")
+	fs.StringVar(&o.OwnershipKeysDir, "ownership-keys-dir", o.OwnershipKeysDir,
+		"directory of the buckets' ownership-proof keys, one per file of at least 32 bytes: the file key signs, every file verifies (required)")
 	fs.StringVar(&o.DriverVersion, "driver-version", o.DriverVersion, "version reported by GetPluginInfo")
 }
 
@@ -100,6 +109,9 @@ func (o *Options) Validate() error {
 	if err := validateBucketPrefix(o.BucketPrefix); err != nil {
 		errs = append(errs, fmt.Errorf("--bucket-prefix: %w", err))
 	}
+	if err := validateOwnershipKeys(o.OwnershipKeysDir); err != nil {
+		errs = append(errs, fmt.Errorf("--ownership-keys-dir: %w", err))
+	}
 	if o.CredentialsCacheTTL <= 0 {
 		errs = append(errs, fmt.Errorf("--credentials-cache-ttl: want a positive duration, got %s", o.CredentialsCacheTTL))
 	}
@@ -107,6 +119,16 @@ func (o *Options) Validate() error {
 		errs = append(errs, errors.New("--driver-version: must not be empty"))
 	}
 	return errors.Join(errs...)
+}
+
+// validateOwnershipKeys reads the keys now, so a missing Secret mount fails at start-up naming
+// the flag. Errors name files, never contents.
+func validateOwnershipKeys(dir string) error {
+	if dir == "" {
+		return errors.New("required: DeleteVolume deletes only the buckets whose ownership proof one of its keys verifies")
+	}
+	_, err := proof.LoadDir(dir)
+	return err
 }
 
 // validateBucketPrefix accepts lowercase letters, digits and '-', starting with a letter or a

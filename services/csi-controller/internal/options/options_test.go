@@ -1,6 +1,8 @@
 package options
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,8 +16,24 @@ import (
 
 func TestValidate(t *testing.T) {
 	env := map[string]string{"NATS_URL": "", "AWS_ENDPOINT_URL": "https://s3.example.com"}
-	optionstest.ValidateTable(t, env, New, []optionstest.ValidateCase[*Options]{
-		{Name: "the defaults with an S3 endpoint are valid", Modify: func(*Options) {}},
+	keys := t.TempDir()
+	if err := os.WriteFile(filepath.Join(keys, "key"), []byte(strings.Repeat("k", 32)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	short := t.TempDir()
+	if err := os.WriteFile(filepath.Join(short, "key"), []byte("too short"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	withKeys := func() *Options {
+		o := New()
+		o.OwnershipKeysDir = keys
+		return o
+	}
+	optionstest.ValidateTable(t, env, withKeys, []optionstest.ValidateCase[*Options]{
+		{Name: "the defaults with an S3 endpoint and ownership keys are valid", Modify: func(*Options) {}},
+		{Name: "no ownership keys dir is rejected", Modify: func(o *Options) { o.OwnershipKeysDir = "" }, WantErr: []string{"--ownership-keys-dir", "required"}},
+		{Name: "an ownership keys dir without the file key is rejected", Modify: func(o *Options) { o.OwnershipKeysDir = t.TempDir() }, WantErr: []string{"--ownership-keys-dir", "key"}},
+		{Name: "a short ownership key is rejected", Modify: func(o *Options) { o.OwnershipKeysDir = short }, WantErr: []string{"--ownership-keys-dir", "at least 32"}},
 		{Name: "a missing S3 endpoint is rejected with how to set it", Modify: func(o *Options) { o.S3Endpoint = "" }, WantErr: []string{"--s3-endpoint", "AWS_ENDPOINT_URL", "required"}},
 		{Name: "an S3 endpoint without a scheme is rejected", Modify: func(o *Options) { o.S3Endpoint = "s3.example.com" }, WantErr: []string{"--s3-endpoint"}},
 		{Name: "a bucket prefix with capitals is rejected", Modify: func(o *Options) { o.BucketPrefix = "CSI-" }, WantErr: []string{"--bucket-prefix"}},
@@ -61,10 +79,12 @@ func TestAddFlags(t *testing.T) {
 				"--kubeconfig=/k", "--log-format=text", "-v=4",
 				"--s3-endpoint=https://s3.example.com", "--s3-region=r1", "--s3-ca-bundle=/ca.pem", "--s3-path-style=false",
 				"--credentials-dir=/creds", "--credentials-cache-ttl=1m", "--bucket-prefix=pv-", "--driver-version=v2.0.0",
+				"--ownership-keys-dir=/keys",
 			},
 			Want: func(o *Options) {
 				o.S3Endpoint, o.S3Region, o.S3CABundle, o.S3PathStyle = "https://s3.example.com", "r1", "/ca.pem", false
 				o.CredentialsDir, o.CredentialsCacheTTL, o.BucketPrefix, o.DriverVersion = "/creds", time.Minute, "pv-", "v2.0.0"
+				o.OwnershipKeysDir = "/keys"
 				o.AdminAddr, o.CSIEndpoint, o.NATSURL, o.Kubeconfig = "127.0.0.1:9000", "unix:///tmp/c.sock", "nats://n:4222", "/k"
 				o.Logging.Format, o.Logging.Verbosity = "text", 4
 			},

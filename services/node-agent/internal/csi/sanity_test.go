@@ -135,7 +135,7 @@ func assertNoTargetLeft(t *testing.T, n *node) {
 
 // startController builds the real s3csi-controller and runs it against srv with the S3 root
 // credentials as its driver credentials (a --credentials-dir, as a mounted Secret provides
-// them); it returns the path of its CSI socket once /readyz answers.
+// them) and an ownership key; it returns the path of its CSI socket once /readyz answers.
 func startController(t *testing.T, srv *testenv.S3) string {
 	t.Helper()
 	root, err := testenv.RepoRoot()
@@ -155,9 +155,14 @@ func startController(t *testing.T, srv *testenv.S3) string {
 			t.Fatal(err)
 		}
 	}
+	keys := t.TempDir()
+	if err := os.WriteFile(filepath.Join(keys, "key"), []byte("0123456789abcdef0123456789abcdef"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	socket := filepath.Join(t.TempDir(), "controller.sock")
 	p := testenv.StartProcess(t, bin, "--admin-address=127.0.0.1:0", "--csi-endpoint=unix://"+socket,
-		"--s3-endpoint="+srv.Endpoint, "--s3-region="+srv.Region, "--credentials-dir="+creds, "--nats-url=")
+		"--s3-endpoint="+srv.Endpoint, "--s3-region="+srv.Region, "--credentials-dir="+creds, "--nats-url=",
+		"--ownership-keys-dir="+keys)
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Log("csi-controller output:\n" + p.Output())
