@@ -119,6 +119,7 @@ func newService(ctx context.Context, opts *options.Options, cfg *rest.Config) (*
 	locks := &keymutex.Mutex{}
 	s := &service{opts: opts, admin: admin.New(opts.AdminAddr, reg), pods: pods}
 	s.cleaner = cleanup.New(opts.KubeletDir, pods, locks, opts.CleanupPeriod, m)
+	pods.Observe(s.cleaner.Observe)
 	var sink csi.EventSink
 	if opts.NATSURL != "" {
 		if err := s.connectEvents(ctx, waiter, m, eventMetrics, log); err != nil {

@@ -91,6 +91,12 @@ func (s *Server) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	}
 	unlockOnce := sync.OnceFunc(unlock)
 	defer unlockOnce()
+	if pod.DeletionTimestamp != nil && probed.state != mount.Mounted {
+		// Its mounter serves on only for the binds it has, and exits once they are gone.
+		return nil, status.Errorf(codes.Unavailable, "Mountpoint Pod %s/%s is terminating and takes no new mount; the "+
+			"pod-reconciler replaces it once it is gone and the next retry mounts the volume; see kubectl get pod -n %s %s",
+			s.cfg.MountpointNamespace, mp, s.cfg.MountpointNamespace, mp)
+	}
 	files, err := s.writeCredentials(commDir, p)
 	if err != nil {
 		return nil, err
