@@ -183,6 +183,10 @@ func (s *service) connectEvents(ctx context.Context, waiter *attach.Waiter, m *m
 // returns only once all have stopped, so no goroutine outlives it.
 func (s *service) run(ctx context.Context) error {
 	log := logr.FromContextOrDiscard(ctx)
+	if err := csi.CheckPropagation(s.opts.KubeletDir, s.opts.KubeletDir); err != nil {
+		log.Error(err, "EVERY VOLUME PUBLISH WILL FAIL: mounts made under the kubelet dir do not reach the host",
+			"kubeletDir", s.opts.KubeletDir)
+	}
 	if s.nc != nil {
 		defer s.nc.Close()
 	}
