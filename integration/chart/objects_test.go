@@ -181,6 +181,16 @@ func TestDefaultImagesAreTheProjectImagesAtAppVersion(t *testing.T) {
 	}
 }
 
+func TestMountpointPodGracePeriodReachesThePodReconciler(t *testing.T) {
+	deployment := find(render(t, "default"), "Deployment", "s3csi-pod-reconciler")
+	if deployment == nil {
+		t.Fatal("no pod-reconciler Deployment")
+	}
+	if got := args(containers(t, deployment)[0]); !slices.Contains(got, "--mountpoint-termination-grace-period=600s") {
+		t.Errorf("the pod-reconciler is not given the Mountpoint Pods' 600 s grace period: %v", got)
+	}
+}
+
 func TestNATSSettings(t *testing.T) {
 	t.Run("the default rendering runs one NATS server and points every service at its Service", func(t *testing.T) {
 		objs := render(t, "default")

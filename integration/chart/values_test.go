@@ -35,6 +35,7 @@ func TestBadValuesAreRefused(t *testing.T) {
 		{"an unknown log format is refused", endpoint + "logFormat: xml\n", []string{"/logFormat"}},
 		{"an unknown fsGroupPolicy is refused", endpoint + "csiDriver:\n  fsGroupPolicy: Always\n", []string{"/csiDriver/fsGroupPolicy"}},
 		{"a Mountpoint namespace that is not a DNS label is refused", endpoint + "mountpointPod:\n  namespace: Mount_S3\n", []string{"/mountpointPod/namespace"}},
+		{"a Mountpoint Pod grace period of zero is refused", endpoint + "mountpointPod:\n  terminationGracePeriodSeconds: 0\n", []string{"/mountpointPod/terminationGracePeriodSeconds"}},
 		{"a bucket prefix with capitals is refused", endpoint + "controller:\n  bucketPrefix: CSI-\n", []string{"/controller/bucketPrefix"}},
 		{"an ownership keys Secret name with capitals is refused", endpoint + "controller:\n  ownershipKeys:\n    existingSecret: My_Keys\n", []string{"/controller/ownershipKeys/existingSecret"}},
 		{"a misspelled ownership keys value is refused", endpoint + "controller:\n  ownershipKeys:\n    secret: keys\n", []string{"secret"}},

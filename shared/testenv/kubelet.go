@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/s3csi/s3csi/shared/mppod"
 )
 
@@ -31,12 +33,25 @@ func NewKubeletDir(parent string) (*KubeletDir, error) {
 	return k, nil
 }
 
-// StartKubeletDir makes a kubelet root dir in the test's temporary directory.
+// StartKubeletDir makes a kubelet root dir in the test's temporary directory and, as kubelet
+// does with its root dir, a shared mount of it (the node-agent checks that the mounts it makes
+// there propagate); the mount goes when the test ends. It needs root.
 func StartKubeletDir(t testing.TB) *KubeletDir {
 	t.Helper()
 	k, err := NewKubeletDir(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
+	}
+	if err := unix.Mount(k.Root, k.Root, "", unix.MS_BIND, ""); err != nil {
+		t.Fatalf("bind-mount the kubelet dir on itself (run as root): %v", err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(k.Root, unix.MNT_DETACH); err != nil {
+			t.Errorf("unmount the kubelet dir: %v", err)
+		}
+	})
+	if err := unix.Mount("", k.Root, "", unix.MS_SHARED|unix.MS_REC, ""); err != nil {
+		t.Fatalf("make the kubelet dir shared: %v", err)
 	}
 	return k
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
 
+	"github.com/s3csi/s3csi/shared/mount"
 	"github.com/s3csi/s3csi/shared/testenv"
 )
 
@@ -68,6 +69,9 @@ func TestKubeletDir(t *testing.T) {
 		if info, err := os.Stat(dir); err != nil || !info.IsDir() {
 			t.Errorf("%s: not a directory (%v)", dir, err)
 		}
+	}
+	if _, err := mount.CheckPropagates(filepath.Join(k.Root, "pods")); err != nil {
+		t.Errorf("mounts under the kubelet dir do not propagate, as they do under kubelet's: %v", err)
 	}
 	want := filepath.Join(k.Root, "pods", "uid-1", "volumes", "kubernetes.io~csi", "pv-1", "mount")
 	if got := k.TargetPath("uid-1", "pv-1"); got != want {

@@ -30,7 +30,6 @@ import (
 // with the request's options and profile files, that the bucket is served through it, and
 // that the pod exits 0 once the node-agent asked it to and unmounted.
 func TestCommDirModeRunsMountS3OnThePassedDescriptor(t *testing.T) {
-	const profile = "s3csi"
 	if os.Geteuid() != 0 {
 		t.Fatal("this test mounts /dev/fuse: run it as root")
 	}
@@ -52,25 +51,8 @@ func TestCommDirModeRunsMountS3OnThePassedDescriptor(t *testing.T) {
 		t.Fatal(err)
 	}
 	pod := startPodMounter(t, bin, script)
-	// The profile files as the node-agent writes them into the comm dir.
-	configFile, credentialsFile := filepath.Join(mppod.CredentialsName, "config"), filepath.Join(mppod.CredentialsName, "credentials")
-	if err := os.Mkdir(filepath.Join(pod.commDir, mppod.CredentialsName), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	for name, content := range map[string]string{
-		configFile:      fmt.Sprintf("[profile %s]\nregion = %s\n", profile, s.Region),
-		credentialsFile: fmt.Sprintf("[%s]\naws_access_key_id = %s\naws_secret_access_key = %s\n", profile, s.AccessKey, s.SecretKey),
-	} {
-		if err := os.WriteFile(filepath.Join(pod.commDir, name), []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
 	source := filepath.Join(dir, "source")
-	err := pod.mount(ctx, t, source, &handshake.Request{
-		Bucket: s.Bucket, Args: []string{"--force-path-style", "--allow-root", "--read-only"},
-		Env:        []string{"AWS_PROFILE=" + profile, "AWS_REGION=" + s.Region, "AWS_ENDPOINT_URL=" + s.Endpoint},
-		ConfigFile: configFile, CredentialsFile: credentialsFile, MaxRead: mount.FUSEMaxRead,
-	})
+	err := pod.mount(ctx, t, source, pod.bucketRequest(t, s, "--force-path-style", "--allow-root", "--read-only"))
 	if err != nil {
 		t.Fatalf("mount request: %v; mounter output:\n%s", err, pod.output.String())
 	}
@@ -129,10 +111,11 @@ func TestMountS3EngineReportsAnEarlyExit(t *testing.T) {
 	}
 }
 
-// podMounter is the mounter of a Mountpoint Pod: `s3csi-mounter --comm-dir` with the mount-s3
-// engine, whose binary is script.
+// podMounter is the mounter of a Mountpoint Pod: `s3csi-mounter --comm-dir`, with the
+// mount-s3 engine whose binary is script, or the built-in one when script is "".
 type podMounter struct {
 	commDir string
+	proc    *os.Process
 	output  *syncWriter
 	exited  chan struct{}
 	err     error // the exit status, once exited is closed
@@ -145,11 +128,15 @@ func startPodMounter(t *testing.T, bin, script string) *podMounter {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(bin, app.CommDirFlag+p.commDir)
-	cmd.Env = append(os.Environ(), app.EngineEnv+"="+app.EngineMountS3, app.MountS3PathEnv+"="+script)
+	cmd.Env = os.Environ()
+	if script != "" {
+		cmd.Env = append(cmd.Env, app.EngineEnv+"="+app.EngineMountS3, app.MountS3PathEnv+"="+script)
+	}
 	cmd.Stdout, cmd.Stderr = p.output, p.output
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	p.proc = cmd.Process
 	go func() {
 		p.err = cmd.Wait()
 		close(p.exited)
@@ -159,6 +146,30 @@ func startPodMounter(t *testing.T, bin, script string) *podMounter {
 		<-p.exited
 	})
 	return p
+}
+
+// bucketRequest writes the profile files of s's credentials into the comm dir, as the
+// node-agent does, and returns the mount request of s's bucket with args.
+func (p *podMounter) bucketRequest(t *testing.T, s *testenv.S3, args ...string) *handshake.Request {
+	t.Helper()
+	const profile = "s3csi"
+	configFile, credentialsFile := filepath.Join(mppod.CredentialsName, "config"), filepath.Join(mppod.CredentialsName, "credentials")
+	if err := os.Mkdir(filepath.Join(p.commDir, mppod.CredentialsName), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for name, content := range map[string]string{
+		configFile:      fmt.Sprintf("[profile %s]\nregion = %s\n", profile, s.Region),
+		credentialsFile: fmt.Sprintf("[%s]\naws_access_key_id = %s\naws_secret_access_key = %s\n", profile, s.AccessKey, s.SecretKey),
+	} {
+		if err := os.WriteFile(filepath.Join(p.commDir, name), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return &handshake.Request{
+		Bucket: s.Bucket, Args: args,
+		Env:        []string{"AWS_PROFILE=" + profile, "AWS_REGION=" + s.Region, "AWS_ENDPOINT_URL=" + s.Endpoint},
+		ConfigFile: configFile, CredentialsFile: credentialsFile, MaxRead: mount.FUSEMaxRead,
+	}
 }
 
 // mount plays the node-agent: it mounts /dev/fuse on a new dir source and sends req with the

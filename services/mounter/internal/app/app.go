@@ -108,8 +108,9 @@ func serveCommDir(dir string) int {
 		debug.SetMemoryLimit(s3fs.DefaultMemoryTarget + memoryHeadroom)
 	}
 	log := logging.New(logging.NewOptions(), os.Stderr)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	// The first SIGTERM no longer stops a filesystem that serves (mounter.Serve).
+	ctx, stopRequested, release := mounter.NotifySignals(logr.NewContext(context.Background(), log))
+	defer release()
 	var engine mounter.Engine = &mounter.S3Engine{CommDir: dir, Log: log}
 	if os.Getenv(EngineEnv) == EngineMountS3 {
 		path, err := mountS3Path()
@@ -119,7 +120,7 @@ func serveCommDir(dir string) int {
 		}
 		engine = &mounter.MountS3Engine{Path: path, CommDir: dir, Log: log}
 	}
-	return mounter.Run(logr.NewContext(ctx, log), dir, engine)
+	return mounter.Run(ctx, dir, engine, stopRequested)
 }
 
 // The engine switch: EngineEnv=EngineMountS3 runs AWS's mount-s3 (from PATH, or MountS3PathEnv).

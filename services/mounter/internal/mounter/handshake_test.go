@@ -23,7 +23,7 @@ import (
 func startMounter(ctx context.Context, t *testing.T, commDir string, engine mounter.Engine) <-chan int {
 	t.Helper()
 	code := make(chan int, 1)
-	go func() { code <- mounter.Run(ctx, commDir, engine) }()
+	go func() { code <- mounter.Run(ctx, commDir, engine, nil) }()
 	return code
 }
 

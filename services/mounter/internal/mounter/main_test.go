@@ -1,12 +1,16 @@
 package mounter_test
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
-	"os/signal"
-	"syscall"
+	"sync"
 	"testing"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
 
 	"github.com/s3csi/s3csi/services/mounter/internal/fusetest"
 	"github.com/s3csi/s3csi/services/mounter/internal/mounter"
@@ -18,12 +22,20 @@ const mounterEnv = "S3CSI_TEST_HANDSHAKE_MOUNTER_COMM_DIR"
 
 func TestMain(m *testing.M) {
 	if dir := os.Getenv(mounterEnv); dir != "" {
-		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
-		code := mounter.Run(ctx, dir, fusetest.NewEngine(dir))
-		stop()
+		log := funcr.New(func(prefix, args string) { fmt.Fprintln(os.Stderr, prefix, args) }, funcr.Options{})
+		ctx, stopRequested, release := mounter.NotifySignals(logr.NewContext(context.Background(), log))
+		code := mounter.Run(ctx, dir, fusetest.NewEngine(dir), stopRequested)
+		release()
 		os.Exit(code)
 	}
 	os.Exit(m.Run())
+}
+
+// mounterProcess is the mounter side running in a child process.
+type mounterProcess struct {
+	cmd    *exec.Cmd
+	code   chan int
+	output *syncBuffer
 }
 
 // startMounterProcess runs the mounter side in a child process and returns its exit code.
@@ -35,21 +47,48 @@ func TestMain(m *testing.M) {
 // Invariant: no test process reads a FUSE mount it serves itself.
 func startMounterProcess(t *testing.T, commDir string) <-chan int {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), mounterEnv+"="+commDir)
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Start(); err != nil {
+	return startMounterChild(t, commDir).code
+}
+
+// startMounterChild is startMounterProcess with access to the process and its output.
+func startMounterChild(t *testing.T, commDir string) *mounterProcess {
+	t.Helper()
+	p := &mounterProcess{cmd: exec.Command(os.Args[0], "-test.run=^$"), code: make(chan int, 1), output: &syncBuffer{}}
+	p.cmd.Env = append(os.Environ(), mounterEnv+"="+commDir)
+	p.cmd.Stdout, p.cmd.Stderr = p.output, p.output
+	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	code, exited := make(chan int, 1), make(chan struct{})
+	exited := make(chan struct{})
 	go func() {
-		_ = cmd.Wait()
-		code <- cmd.ProcessState.ExitCode()
+		_ = p.cmd.Wait()
+		p.code <- p.cmd.ProcessState.ExitCode()
 		close(exited)
 	}()
 	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
+		_ = p.cmd.Process.Kill()
 		<-exited
+		if t.Failed() {
+			t.Logf("mounter output:\n%s", p.output.String())
+		}
 	})
-	return code
+	return p
+}
+
+// syncBuffer collects a child's output.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

@@ -17,15 +17,17 @@ import (
 )
 
 // Run listens on commDir/mount.sock and serves one filesystem through engine until it is
-// unmounted or ctx ends. It returns the process exit code:
+// unmounted or ctx ends; closing stopRequested ends only the wait for a mount request, not a
+// filesystem that serves (see Serve; NotifySignals makes both from the process's signals). It
+// returns the process exit code:
 //
 //   - 0 when commDir/mount.exit exists: the node-agent asked for a clean exit (the Mountpoint
 //     Pod then ends Succeeded and is deleted);
 //   - 1 otherwise, after writing the error to commDir/mount.err, so that Kubernetes restarts
 //     the container and the node-agent can show the operator why.
-func Run(ctx context.Context, commDir string, engine Engine) int {
+func Run(ctx context.Context, commDir string, engine Engine, stopRequested <-chan struct{}) int {
 	log := logr.FromContextOrDiscard(ctx).WithValues("commDir", commDir)
-	err := serve(logr.NewContext(ctx, log), commDir, engine)
+	err := serve(logr.NewContext(ctx, log), commDir, engine, stopRequested)
 	if exitRequested(commDir) {
 		log.Info("Exiting: the node-agent asked for it", "reason", errText(err))
 		return 0
@@ -40,7 +42,7 @@ func Run(ctx context.Context, commDir string, engine Engine) int {
 	return 1
 }
 
-func serve(ctx context.Context, commDir string, engine Engine) error {
+func serve(ctx context.Context, commDir string, engine Engine, stopRequested <-chan struct{}) error {
 	sock := filepath.Join(commDir, mppod.MountSockName)
 	if err := os.Remove(sock); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("remove stale socket %s: %w", sock, err)
@@ -53,7 +55,7 @@ func serve(ctx context.Context, commDir string, engine Engine) error {
 	}
 	defer func() { _ = os.Remove(sock) }()
 	logr.FromContextOrDiscard(ctx).Info("Waiting for the mount request", "socket", sock)
-	return Serve(ctx, ln, engine)
+	return Serve(ctx, ln, engine, stopRequested)
 }
 
 func exitRequested(commDir string) bool {

@@ -21,9 +21,10 @@ const requestTimeout = 30 * time.Second
 // Engine starts a filesystem on a FUSE connection.
 type Engine interface {
 	// Mount serves req's bucket on the FUSE connection fd, which the caller's peer opened and
-	// mounted, and returns once the filesystem answers requests. Mount owns fd: it closes it on
-	// error and when the filesystem stops. The returned error text is shown to the operator
-	// (as the NodePublishVolume error), so it must say what is wrong and never hold secrets.
+	// mounted, and returns once the filesystem answers requests. ctx bounds the set-up only:
+	// the filesystem keeps serving after it ends. Mount owns fd: it closes it on error and when
+	// the filesystem stops. The returned error text is shown to the operator (as the
+	// NodePublishVolume error), so it must say what is wrong and never hold secrets.
 	Mount(ctx context.Context, fd int, req *handshake.Request) (Mounted, error)
 }
 
@@ -37,21 +38,39 @@ type Mounted interface {
 // Serve accepts connections on ln until one request is mounted by engine, answers it, and then
 // waits until that filesystem stops. A connection with an invalid request is answered with the
 // error and the next one is accepted; an engine failure is answered and returned. Serve closes
-// ln before it returns, and returns ctx's error when ctx ends first.
-func Serve(ctx context.Context, ln *net.UnixListener, engine Engine) error {
+// ln before it returns.
+//
+// Problem: kubelet sends SIGTERM to a Mountpoint Pod that is deleted or evicted while its
+// workloads still read and write through the mount; stopping then breaks every one of them at
+// once, although the node-agent unmounts the filesystem anyway as soon as the last bind is gone.
+// Solution: two stop requests. stopRequested (the first signal) ends the wait for a request
+// and a set-up in progress, but once the filesystem serves it is only logged: the filesystem
+// serves until it is unmounted. ctx (a second signal, or the caller) ends Serve at any time.
+// Invariant: a first stop request never ends a mount that is serving; kubelet's SIGKILL at the
+// end of the pod's grace period bounds how long it serves on.
+func Serve(ctx context.Context, ln *net.UnixListener, engine Engine, stopRequested <-chan struct{}) error {
 	log := logr.FromContextOrDiscard(ctx)
-	stop := context.AfterFunc(ctx, func() { _ = ln.Close() })
+	setup, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go func() {
+		select {
+		case <-stopRequested:
+			cancel(errStoppedBeforeServing)
+		case <-setup.Done():
+		}
+	}()
+	stop := context.AfterFunc(setup, func() { _ = ln.Close() })
 	defer stop()
 	defer func() { _ = ln.Close() }()
 	for {
 		conn, err := ln.AcceptUnix()
 		if err != nil {
-			if ctx.Err() != nil {
-				return fmt.Errorf("accept mount request: %w", ctx.Err())
+			if setup.Err() != nil {
+				return fmt.Errorf("accept mount request: %w", context.Cause(setup))
 			}
 			return fmt.Errorf("accept mount request: %w", err)
 		}
-		mounted, err := handle(ctx, conn, engine)
+		mounted, err := handle(setup, conn, engine)
 		_ = conn.Close()
 		var invalid *invalidRequestError
 		switch {
@@ -61,21 +80,32 @@ func Serve(ctx context.Context, ln *net.UnixListener, engine Engine) error {
 		case err != nil:
 			return err
 		}
+		stop()
 		_ = ln.Close()
 		log.Info("Filesystem serving")
-		return wait(ctx, mounted)
+		return wait(ctx, mounted, stopRequested)
 	}
 }
 
-// wait returns when the filesystem stops or ctx ends.
-func wait(ctx context.Context, m Mounted) error {
+// errStoppedBeforeServing ends a mounter asked to stop before it served a filesystem.
+var errStoppedBeforeServing = errors.New("asked to stop before a filesystem was served")
+
+// wait returns when the filesystem stops or ctx ends; a stop request is only logged.
+func wait(ctx context.Context, m Mounted, stopRequested <-chan struct{}) error {
 	done := make(chan error, 1)
 	go func() { done <- m.Wait() }()
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		return fmt.Errorf("serve filesystem: %w", ctx.Err())
+	for {
+		select {
+		case err := <-done:
+			return err
+		case <-stopRequested:
+			stopRequested = nil
+			logr.FromContextOrDiscard(ctx).Info("Asked to stop while serving: the filesystem keeps serving until " +
+				"the node-agent unmounts it, once no workload binds it any more; a second signal, or the end of " +
+				"the pod's termination grace period, stops it now and disconnects those workloads")
+		case <-ctx.Done():
+			return fmt.Errorf("stopped while serving, before the filesystem was unmounted: %w", context.Cause(ctx))
+		}
 	}
 }
 

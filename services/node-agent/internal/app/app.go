@@ -119,6 +119,7 @@ func newService(ctx context.Context, opts *options.Options, cfg *rest.Config) (*
 	locks := &keymutex.Mutex{}
 	s := &service{opts: opts, admin: admin.New(opts.AdminAddr, reg), pods: pods}
 	s.cleaner = cleanup.New(opts.KubeletDir, pods, locks, opts.CleanupPeriod, m)
+	pods.Observe(s.cleaner.Observe)
 	var sink csi.EventSink
 	if opts.NATSURL != "" {
 		if err := s.connectEvents(ctx, waiter, m, eventMetrics, log); err != nil {
@@ -183,6 +184,10 @@ func (s *service) connectEvents(ctx context.Context, waiter *attach.Waiter, m *m
 // returns only once all have stopped, so no goroutine outlives it.
 func (s *service) run(ctx context.Context) error {
 	log := logr.FromContextOrDiscard(ctx)
+	if err := csi.CheckPropagation(s.opts.KubeletDir, s.opts.KubeletDir); err != nil {
+		log.Error(err, "EVERY VOLUME PUBLISH WILL FAIL: mounts made under the kubelet dir do not reach the host",
+			"kubeletDir", s.opts.KubeletDir)
+	}
 	if s.nc != nil {
 		defer s.nc.Close()
 	}

@@ -1,5 +1,6 @@
 // Package cleanup unmounts the source mounts of Mountpoint Pods that serve no workload any
-// more: those annotated needs-unmount and those whose pod is gone.
+// more: those annotated needs-unmount, those being deleted (Terminating) and those whose pod
+// is gone.
 package cleanup
 
 import (
@@ -54,8 +55,8 @@ type Recorder interface{ Cleanup(outcome string) }
 // lazily, except a source that a probe of this process found not answering and is still
 // blocked in (mount.Stuck): that probe keeps it busy until the server answers, which a stopped
 // server never does, and with no bind left nothing else reaches it.
-// Invariant: a source is unmounted only when its pod is gone or marked needs-unmount and no
-// bind of it remains; a dir is removed only when it is no mount point.
+// Invariant: a source is unmounted only when its pod is gone, Terminating or marked
+// needs-unmount, and no bind of it remains; a dir is removed only when it is no mount point.
 type Cleaner struct {
 	kubeletDir string
 	pods       PodReader
@@ -78,6 +79,23 @@ func New(kubeletDir string, pods PodReader, locks *keymutex.Mutex, period time.D
 	return &Cleaner{
 		kubeletDir: kubeletDir, pods: pods, locks: locks, period: period, rec: rec,
 		trigger: make(chan string, 64), recheck: make(chan struct{}, 1), waiting: map[string]struct{}{},
+	}
+}
+
+// Releasing reports whether a Mountpoint Pod's source is to be unmounted once no workload binds
+// it: the pod-reconciler marked it needs-unmount, or it is being deleted (a drain, an
+// eviction, an operator). A Terminating Mountpoint Pod gets no new workload; its mounter keeps
+// serving the binds it has through the pod's grace period, and exits once this cleanup
+// unmounts the source.
+func Releasing(pod *corev1.Pod) bool {
+	return pod.Annotations[mppod.AnnotationNeedsUnmount] != "" || pod.DeletionTimestamp != nil
+}
+
+// Observe triggers a cleanup of a Mountpoint Pod the pod watch saw releasing (Releasing), so
+// that its source is unmounted without waiting for the needs-unmount event or the sweep.
+func (c *Cleaner) Observe(pod *corev1.Pod) {
+	if Releasing(pod) {
+		c.Trigger(pod.Name)
 	}
 }
 
@@ -149,8 +167,8 @@ func (c *Cleaner) Sweep(ctx context.Context) {
 	}
 }
 
-// Clean unmounts and removes the named Mountpoint Pod's source when its pod is gone or marked
-// needs-unmount and nothing binds it; it returns what it did.
+// Clean unmounts and removes the named Mountpoint Pod's source when its pod is gone or
+// releasing (Releasing) and nothing binds it; it returns what it did.
 func (c *Cleaner) Clean(ctx context.Context, name string) (string, error) {
 	outcome, err := c.clean(ctx, name)
 	if err != nil {
@@ -193,7 +211,7 @@ func (c *Cleaner) clean(ctx context.Context, name string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if pod != nil && pod.Annotations[mppod.AnnotationNeedsUnmount] == "" {
+	if pod != nil && !Releasing(pod) {
 		return OutcomeKept, nil
 	}
 	if pod != nil {
@@ -226,7 +244,8 @@ func (c *Cleaner) clean(ctx context.Context, name string) (string, error) {
 	if err := mount.RemoveDir(source); err != nil {
 		return "", fmt.Errorf("remove source dir of %s: %w", name, err)
 	}
-	log.Info("Cleaned the source of a Mountpoint Pod that serves no workload", "podGone", pod == nil)
+	log.Info("Cleaned the source of a Mountpoint Pod that serves no workload", "podGone", pod == nil,
+		"terminating", pod != nil && pod.DeletionTimestamp != nil)
 	return OutcomeUnmounted, nil
 }
 

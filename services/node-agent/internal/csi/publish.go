@@ -30,8 +30,9 @@ import (
 //
 // Problem: a publish that returns OK without a live FUSE mount lets the container write to the
 // node's disk; a publish that fails half-way can leave a mount nobody removes.
-// Solution: validate everything first; wait for the attachment (event or fallback re-read) and
-// the Mountpoint Pod; under the Mountpoint Pod's lock mount the source once and bind it; then
+// Solution: validate everything first, the propagation of the mount the bind will be made under
+// included (CheckPropagation); wait for the attachment (event or fallback re-read) and the
+// Mountpoint Pod; under the Mountpoint Pod's lock mount the source once and bind it; then
 // verify that the target is a bind of this Mountpoint Pod's live FUSE mount.
 // Invariant: OK means verified; any failure undoes the mounts this call made.
 func (s *Server) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
@@ -47,6 +48,10 @@ func (s *Server) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	log := logr.FromContextOrDiscard(ctx).WithValues("volume", p.VolumeID, "pod", p.PodUID)
 	ctx = logr.NewContext(ctx, log)
 	start := time.Now()
+	// Where kubelet looks: the bind must reach the host's mount namespace, not only this one.
+	if err := CheckPropagation(s.cfg.KubeletDir, filepath.Dir(p.Target)); err != nil {
+		return nil, err
+	}
 
 	if done, err := s.republish(ctx, p); err != nil || done {
 		if err == nil {
@@ -91,6 +96,12 @@ func (s *Server) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	}
 	unlockOnce := sync.OnceFunc(unlock)
 	defer unlockOnce()
+	if pod.DeletionTimestamp != nil && probed.state != mount.Mounted {
+		// Its mounter serves on only for the binds it has, and exits once they are gone.
+		return nil, status.Errorf(codes.Unavailable, "Mountpoint Pod %s/%s is terminating and takes no new mount; the "+
+			"pod-reconciler replaces it once it is gone and the next retry mounts the volume; see kubectl get pod -n %s %s",
+			s.cfg.MountpointNamespace, mp, s.cfg.MountpointNamespace, mp)
+	}
 	files, err := s.writeCredentials(commDir, p)
 	if err != nil {
 		return nil, err

@@ -26,8 +26,9 @@ type Watcher struct {
 	namespace string
 	cache     cache.Cache
 
-	mu      sync.Mutex
-	waiters map[string]map[chan struct{}]struct{}
+	mu        sync.Mutex
+	waiters   map[string]map[chan struct{}]struct{}
+	observers []func(*corev1.Pod)
 }
 
 // New returns a Watcher of the pods in namespace scheduled to node. Start runs it.
@@ -61,6 +62,7 @@ func (w *Watcher) Start(ctx context.Context) error {
 		}
 		if p, ok := obj.(*corev1.Pod); ok {
 			w.notify(p.Name)
+			w.observe(p)
 		}
 	}
 	reg, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
@@ -91,6 +93,23 @@ func (w *Watcher) notify(name string) {
 		case ch <- struct{}{}:
 		default:
 		}
+	}
+}
+
+// Observe registers fn to be called with every Mountpoint Pod the watch adds, updates or
+// deletes (its last state); fn runs on the watch's goroutine and must not block.
+func (w *Watcher) Observe(fn func(*corev1.Pod)) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.observers = append(w.observers, fn)
+}
+
+func (w *Watcher) observe(p *corev1.Pod) {
+	w.mu.Lock()
+	observers := w.observers
+	w.mu.Unlock()
+	for _, fn := range observers {
+		fn(p)
 	}
 }
 

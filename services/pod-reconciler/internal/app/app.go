@@ -142,6 +142,8 @@ func (s *service) run(ctx context.Context) error {
 			PriorityClassName:  s.opts.MountpointPriorityClassName,
 			ServiceAccountName: s.opts.MountpointServiceAccountName,
 			Resources:          resources,
+
+			TerminationGracePeriod: s.opts.MountpointTerminationGracePeriod,
 		},
 		MaxConcurrentReconciles: s.opts.MaxConcurrentReconciles,
 		ResyncPeriod:            s.opts.ResyncPeriod,

@@ -25,6 +25,9 @@ const (
 	DefaultStallTimeout            = 5 * time.Minute
 	DefaultEventQueueSize          = 10000
 	DefaultMountpointImage         = "s3csi-mounter:dev"
+	// DefaultMountpointTerminationGracePeriod bounds how long a deleted or evicted Mountpoint
+	// Pod keeps serving the workloads that still use it (docs/pod-reconciler.md).
+	DefaultMountpointTerminationGracePeriod = 10 * time.Minute
 )
 
 // Options configures one pod-reconciler process.
@@ -60,6 +63,10 @@ type Options struct {
 	// MountpointPriorityClassName, when set, is the Mountpoint Pods' priority class; it must
 	// exist, or the API server refuses the pods.
 	MountpointPriorityClassName string
+	// MountpointTerminationGracePeriod is the Mountpoint Pods' terminationGracePeriodSeconds:
+	// a Mountpoint Pod deleted or evicted while workloads use it serves on until the last one
+	// is gone, and at most this long. Whole seconds, at least one.
+	MountpointTerminationGracePeriod time.Duration
 	// MountpointServiceAccountName, when set, is the Mountpoint Pods' service account (a
 	// volume's mountpointPodServiceAccountName attribute overrides it).
 	MountpointServiceAccountName string
@@ -86,6 +93,8 @@ func New() *Options {
 		EventQueueSize:            DefaultEventQueueSize,
 		MountpointImage:           envOr("MOUNTPOINT_IMAGE", DefaultMountpointImage),
 		MountpointImagePullPolicy: string(corev1.PullIfNotPresent),
+
+		MountpointTerminationGracePeriod: DefaultMountpointTerminationGracePeriod,
 	}
 }
 

@@ -48,6 +48,8 @@ func TestValidate(t *testing.T) {
 		{Name: "an unknown pull policy is rejected", Modify: func(o *Options) { o.MountpointImagePullPolicy = "Sometimes" }, WantErr: []string{"--mountpoint-image-pull-policy"}},
 		{Name: "a driver version that is no label value is rejected", Modify: func(o *Options) { o.DriverVersion = "v1/2" }, WantErr: []string{"--driver-version"}},
 		{Name: "an invalid priority class is rejected", Modify: func(o *Options) { o.MountpointPriorityClassName = "Not Valid" }, WantErr: []string{"--mountpoint-priority-class-name"}},
+		{Name: "a termination grace period of zero is rejected", Modify: func(o *Options) { o.MountpointTerminationGracePeriod = 0 }, WantErr: []string{"--mountpoint-termination-grace-period"}},
+		{Name: "a termination grace period in fractions of a second is rejected", Modify: func(o *Options) { o.MountpointTerminationGracePeriod = 1500 * time.Millisecond }, WantErr: []string{"--mountpoint-termination-grace-period"}},
 		{Name: "an invalid service account is rejected", Modify: func(o *Options) { o.MountpointServiceAccountName = "_sa" }, WantErr: []string{"--mountpoint-service-account-name"}},
 		{Name: "a negative memory limit is rejected", Modify: func(o *Options) { o.MountpointMemoryLimit = "-1Mi" }, WantErr: []string{"--mountpoint-memory-limit"}},
 		{Name: "a CPU request that is no quantity is rejected", Modify: func(o *Options) { o.MountpointCPURequest = "lots" }, WantErr: []string{"--mountpoint-cpu-request"}},
@@ -77,6 +79,8 @@ func TestAddFlags(t *testing.T) {
 					EventQueueSize:            10000,
 					MountpointImage:           "s3csi-mounter:dev",
 					MountpointImagePullPolicy: "IfNotPresent",
+
+					MountpointTerminationGracePeriod: 10 * time.Minute,
 				}
 			},
 		},
@@ -105,12 +109,13 @@ func TestAddFlags(t *testing.T) {
 				"--event-queue-size=5", "--mountpoint-image=img", "--mountpoint-image-pull-policy=Never",
 				"--mountpoint-priority-class-name=pc", "--mountpoint-service-account-name=sa",
 				"--mountpoint-cpu-request=1", "--mountpoint-memory-request=2Mi", "--mountpoint-cpu-limit=3",
-				"--mountpoint-memory-limit=4Mi",
+				"--mountpoint-memory-limit=4Mi", "--mountpoint-termination-grace-period=90s",
 			},
 			Want: func(o *Options) {
 				o.DriverVersion, o.MaxConcurrentReconciles, o.ResyncPeriod, o.StallTimeout = "v2", 8, time.Minute, 2*time.Minute
 				o.EventQueueSize, o.MountpointImage, o.MountpointImagePullPolicy = 5, "img", "Never"
 				o.MountpointPriorityClassName, o.MountpointServiceAccountName = "pc", "sa"
+				o.MountpointTerminationGracePeriod = 90 * time.Second
 				o.MountpointCPURequest, o.MountpointMemoryRequest, o.MountpointCPULimit, o.MountpointMemoryLimit = "1", "2Mi", "3", "4Mi"
 				o.AdminAddr = "127.0.0.1:9000"
 				o.NATSURL = "nats://n:4222"

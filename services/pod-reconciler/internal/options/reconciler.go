@@ -35,6 +35,8 @@ func (o *Options) addReconcilerFlags(fs *pflag.FlagSet) {
 		"Always, IfNotPresent or Never")
 	fs.StringVar(&o.MountpointPriorityClassName, "mountpoint-priority-class-name", o.MountpointPriorityClassName,
 		"priority class of the Mountpoint Pods; empty for none")
+	fs.DurationVar(&o.MountpointTerminationGracePeriod, "mountpoint-termination-grace-period", o.MountpointTerminationGracePeriod,
+		"how long a deleted or evicted Mountpoint Pod may serve the workloads still using it (its terminationGracePeriodSeconds)")
 	fs.StringVar(&o.MountpointServiceAccountName, "mountpoint-service-account-name", o.MountpointServiceAccountName,
 		"service account of the Mountpoint Pods; empty for the namespace's default")
 	fs.StringVar(&o.MountpointCPURequest, "mountpoint-cpu-request", o.MountpointCPURequest, "CPU request of the mounter container, e.g. 100m")
@@ -67,6 +69,9 @@ func (o *Options) validateReconciler() []error {
 	case corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
 	default:
 		errs = append(errs, fmt.Errorf("--mountpoint-image-pull-policy %q is not Always, IfNotPresent or Never", o.MountpointImagePullPolicy))
+	}
+	if g := o.MountpointTerminationGracePeriod; g < time.Second || g%time.Second != 0 {
+		errs = append(errs, fmt.Errorf("--mountpoint-termination-grace-period must be a whole number of seconds, at least 1s, got %s", g))
 	}
 	for flag, name := range map[string]string{
 		"--mountpoint-priority-class-name":  o.MountpointPriorityClassName,

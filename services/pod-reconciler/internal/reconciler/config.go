@@ -24,6 +24,7 @@ const (
 	DefaultMaxConcurrentReconciles = 4
 	DefaultResyncPeriod            = 5 * time.Minute
 	DefaultRecentWriteTTL          = time.Minute
+	DefaultTerminationGracePeriod  = 10 * time.Minute
 	// unboundRetry is how soon a workload whose claim is not bound yet is looked at again, in
 	// case the PVC or PV event that would wake it is missed.
 	unboundRetry = 10 * time.Second
@@ -71,6 +72,20 @@ type MountpointPodConfig struct {
 	// Resources of the mounter container; a volume's mountpointContainerResources* attributes
 	// override each value.
 	Resources corev1.ResourceRequirements
+	// TerminationGracePeriod is how long a deleted or evicted Mountpoint Pod may serve the
+	// workloads still using it before kubelet kills it (whole seconds); zero means
+	// DefaultTerminationGracePeriod.
+	TerminationGracePeriod time.Duration
+}
+
+// gracePeriodSeconds is TerminationGracePeriod in whole seconds, rounded up, with the default
+// for zero.
+func (c MountpointPodConfig) gracePeriodSeconds() int64 {
+	g := c.TerminationGracePeriod
+	if g <= 0 {
+		g = DefaultTerminationGracePeriod
+	}
+	return int64((g + time.Second - 1) / time.Second)
 }
 
 func (c Config) withDefaults() Config {

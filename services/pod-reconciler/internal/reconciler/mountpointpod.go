@@ -49,7 +49,9 @@ func mounterArgs() []string { return []string{"--comm-dir=" + commMountPath} }
 // capabilities dropped, RuntimeDefault seccomp), is bound to the node by required node
 // affinity (so the scheduler still accounts for its resources), tolerates every taint (it
 // must run wherever the workload runs, even on a node being drained) and mounts no service
-// account token (it never calls the API server).
+// account token (it never calls the API server). Deleted or evicted, it serves the workloads
+// still using it for up to its termination grace period (the mounter's first SIGTERM is only
+// logged once it serves; it exits when the node-agent unmounts it after the last bind).
 func buildMountpointPod(cfg Config, name, node string, pv *corev1.PersistentVolume) (*corev1.Pod, error) {
 	attrs := map[string]string{}
 	if pv.Spec.CSI != nil {
@@ -75,12 +77,13 @@ func buildMountpointPod(cfg Config, name, node string, pv *corev1.PersistentVolu
 			Annotations: map[string]string{LabelVolumeName: pv.Name, LabelVolumeID: volumeID},
 		},
 		Spec: corev1.PodSpec{
-			RestartPolicy:                corev1.RestartPolicyOnFailure,
-			PriorityClassName:            cfg.Mountpoint.PriorityClassName,
-			ServiceAccountName:           serviceAccount,
-			AutomountServiceAccountToken: ptr.To(false),
-			Affinity:                     nodeAffinity(node),
-			Tolerations:                  []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+			RestartPolicy:                 corev1.RestartPolicyOnFailure,
+			TerminationGracePeriodSeconds: ptr.To(cfg.Mountpoint.gracePeriodSeconds()),
+			PriorityClassName:             cfg.Mountpoint.PriorityClassName,
+			ServiceAccountName:            serviceAccount,
+			AutomountServiceAccountToken:  ptr.To(false),
+			Affinity:                      nodeAffinity(node),
+			Tolerations:                   []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
 			SecurityContext: &corev1.PodSecurityContext{
 				RunAsNonRoot:   ptr.To(true),
 				RunAsUser:      ptr.To[int64](mounterUID),

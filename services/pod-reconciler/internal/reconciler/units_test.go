@@ -121,3 +121,26 @@ func TestMountpointPodResourcesFromVolumeAttributes(t *testing.T) {
 }
 
 func resourceMust(s string) resource.Quantity { return resource.MustParse(s) }
+
+func TestMountpointPodTerminationGracePeriod(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		set  time.Duration
+		want int64
+	}{
+		{name: "unset is the default", want: 600},
+		{name: "a configured period is used", set: 90 * time.Second, want: 90},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := Config{MountpointNamespace: "mount-s3", DriverVersion: "v1",
+				Mountpoint: MountpointPodConfig{Image: "img", TerminationGracePeriod: tt.set}}
+			mp, err := buildMountpointPod(cfg, "mp-x", "n", fixture.PV("pv"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if g := mp.Spec.TerminationGracePeriodSeconds; g == nil || *g != tt.want {
+				t.Errorf("terminationGracePeriodSeconds = %v, want %d", g, tt.want)
+			}
+		})
+	}
+}

@@ -8,9 +8,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
@@ -31,8 +29,8 @@ func run(args []string) int {
 		return 2
 	}
 	dir := strings.TrimPrefix(args[0], commDirFlag)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	log := funcr.New(func(prefix, args string) { fmt.Fprintln(os.Stderr, "mounter:", prefix, args) }, funcr.Options{})
-	return mounter.Run(logr.NewContext(ctx, log), dir, fusetest.NewEngine(dir))
+	ctx, stopRequested, release := mounter.NotifySignals(logr.NewContext(context.Background(), log))
+	defer release()
+	return mounter.Run(ctx, dir, fusetest.NewEngine(dir), stopRequested)
 }
