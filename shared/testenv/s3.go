@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -35,6 +36,7 @@ type S3 struct {
 	// Dir is the posix backend root.
 	Dir string
 
+	bin    string
 	cmd    *exec.Cmd
 	exited chan struct{}
 	output *syncBuffer
@@ -93,42 +95,62 @@ func startVersitygw(ctx context.Context, bin, root string) (*S3, error) {
 	if err != nil {
 		return nil, err
 	}
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	s := &S3{
-		Endpoint:  "http://" + addr,
+		Endpoint:  "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
 		Region:    "us-east-1",
 		AccessKey: "S3CSI" + randomHex(8),
 		SecretKey: randomHex(20),
 		Dir:       root,
-		exited:    make(chan struct{}),
-		output:    &syncBuffer{},
+		bin:       bin,
 	}
+	if err := s.start(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// start runs versitygw on s's address, root and credentials and waits until it listens.
+func (s *S3) start(ctx context.Context) error {
+	addr := strings.TrimPrefix(s.Endpoint, "http://")
+	s.exited, s.output, s.err = make(chan struct{}), &syncBuffer{}, nil
 	// Credentials go through the environment, not argv, so they do not show in ps.
-	s.cmd = exec.Command(bin, "--port", addr, "--quiet", "posix", root)
+	s.cmd = exec.Command(s.bin, "--port", addr, "--quiet", "posix", s.Dir)
 	s.cmd.Env = append(os.Environ(), "ROOT_ACCESS_KEY="+s.AccessKey, "ROOT_SECRET_KEY="+s.SecretKey)
 	s.cmd.Stdout, s.cmd.Stderr = s.output, s.output
 	if err := s.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start versitygw: %w", err)
+		return fmt.Errorf("start versitygw: %w", err)
 	}
+	exited := s.exited
 	go func() {
 		s.err = s.cmd.Wait()
-		close(s.exited)
+		close(exited)
 	}()
 	for {
 		conn, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
 		if err == nil {
 			_ = conn.Close()
-			return s, nil
+			return nil
 		}
 		select {
-		case <-s.exited:
-			return nil, fmt.Errorf("start versitygw: exited (%w): %s", s.err, s.output.String())
+		case <-exited:
+			return fmt.Errorf("start versitygw: exited (%w): %s", s.err, s.output.String())
 		case <-ctx.Done():
 			_ = s.Stop()
-			return nil, fmt.Errorf("start versitygw: not listening on %s: %w", addr, ctx.Err())
+			return fmt.Errorf("start versitygw: not listening on %s: %w", addr, ctx.Err())
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// Restart starts a stopped server again with the same address, credentials and objects, as an
+// S3 endpoint coming back after an outage.
+func (s *S3) Restart(ctx context.Context) error {
+	select {
+	case <-s.exited:
+	default:
+		return errors.New("restart versitygw: it is still running")
+	}
+	return s.start(ctx)
 }
 
 // Client returns an S3 client for the server signed with the given credentials.

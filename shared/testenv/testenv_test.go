@@ -63,6 +63,36 @@ func TestEachS3ServerHasItsOwnFreshBucket(t *testing.T) {
 	}
 }
 
+func TestRestartedS3ServerKeepsAddressCredentialsAndObjects(t *testing.T) {
+	srv := testenv.StartS3(t)
+	ctx := t.Context()
+	if err := srv.Restart(ctx); err == nil {
+		t.Fatal("Restart of a running server succeeded, want an error")
+	}
+	if _, err := srv.RootClient().PutObject(ctx, &s3.PutObjectInput{
+		Bucket: aws.String(srv.Bucket), Key: aws.String("kept.txt"), Body: strings.NewReader("kept"),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.RootClient().HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(srv.Bucket), Key: aws.String("kept.txt")}); err == nil {
+		t.Fatal("a stopped server answered")
+	}
+	if err := srv.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	out, err := srv.RootClient().GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(srv.Bucket), Key: aws.String("kept.txt")})
+	if err != nil {
+		t.Fatalf("get after restart: %v", err)
+	}
+	defer out.Body.Close()
+	if body, _ := io.ReadAll(out.Body); string(body) != "kept" {
+		t.Fatalf("get after restart = %q, want kept", body)
+	}
+}
+
 func TestKubeletDir(t *testing.T) {
 	k := testenv.StartKubeletDir(t)
 	for _, dir := range []string{filepath.Dir(k.SourceDir("mp-x")), k.RegistryDir(), filepath.Join(k.Root, "pods")} {

@@ -96,15 +96,14 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	return w.write(ctx, data, off)
 }
 
-// Flush completes the upload when a file that has data is closed, so the object is in the bucket
-// when close returns; an empty file is completed by Release, after its last descriptor closes,
-// so that `touch` and shell redirections holding several descriptors work.
+// Flush answers close(2): the object is in the bucket when close returns 0, and a failed upload
+// fails every close of the file (see writer.flush).
 func (h *handle) Flush(ctx context.Context) syscall.Errno {
 	_, w := h.current()
-	if w == nil || w.written() == 0 {
+	if w == nil {
 		return 0
 	}
-	return w.complete(ctx)
+	return w.flush(ctx)
 }
 
 // Fsync completes the upload; later writes fail.

@@ -44,6 +44,16 @@ func getBytes(ctx context.Context, s *testenv.S3, key string) ([]byte, bool, err
 // request, then forwards it. The proxy keeps the Host header, so signatures stay valid.
 func proxyEndpoint(tb testing.TB, endpoint string, before func(*http.Request)) string {
 	tb.Helper()
+	return interceptEndpoint(tb, endpoint, func(_ http.ResponseWriter, r *http.Request) bool {
+		before(r)
+		return false
+	})
+}
+
+// interceptEndpoint returns the URL of a reverse proxy to endpoint that lets answer respond to
+// each request first; a request answer did not respond to (it returned false) is forwarded.
+func interceptEndpoint(tb testing.TB, endpoint string, answer func(http.ResponseWriter, *http.Request) bool) string {
+	tb.Helper()
 	target, err := url.Parse(endpoint)
 	if err != nil {
 		tb.Fatal(err)
@@ -52,8 +62,9 @@ func proxyEndpoint(tb testing.TB, endpoint string, before func(*http.Request)) s
 	proxy := httputil.NewSingleHostReverseProxy(target)
 	proxy.Transport = transport
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		before(r)
-		proxy.ServeHTTP(w, r)
+		if !answer(w, r) {
+			proxy.ServeHTTP(w, r)
+		}
 	}))
 	tb.Cleanup(func() {
 		srv.Close()

@@ -28,7 +28,8 @@ const maxPartsInFlight = 8
 // in the background (up to maxPartsInFlight at once, each holding a budget reservation) and close
 // completes the upload. A file smaller than one part is a single PutObject.
 // Invariant: the object becomes visible only at CompleteMultipartUpload/PutObject; on failure the
-// upload is aborted and the file is gone.
+// upload is aborted and the file is gone. An error is sticky: once an upload request failed, every
+// later write, fsync and close of the file returns it, and nothing more is uploaded.
 type writer struct {
 	fsys   *filesystem
 	node   *fileNode
@@ -44,6 +45,8 @@ type writer struct {
 	inflight sync.WaitGroup
 	slots    chan struct{}
 	done     bool
+	// empty is the object stored by a close while nothing was written (see flush); nil until then.
+	empty *entry
 	// resMu guards the results of background part uploads; it is never held while waiting.
 	resMu  sync.Mutex
 	parts  []types.CompletedPart
@@ -106,7 +109,7 @@ func (w *writer) write(ctx context.Context, data []byte, off int64) (uint32, sys
 		written += n
 		w.off += int64(n)
 		if len(w.buf) == cap(w.buf) {
-			if err := w.uploadPart(ctx); err != nil {
+			if err := w.uploadPart(); err != nil { //nolint:contextcheck // the write's interrupt must not fail a part it already took
 				w.setErr(err)
 				return uint32(written), toErrno(err) //nolint:gosec // bounded by MaxWrite
 			}
@@ -117,9 +120,15 @@ func (w *writer) write(ctx context.Context, data []byte, off int64) (uint32, sys
 }
 
 // uploadPart sends the full buffer as the next part in the background. Called with w.mu held.
-func (w *writer) uploadPart(ctx context.Context) error {
+//
+// Problem: the write that filled the buffer has already taken its bytes (the offset moved on);
+// a signal reaching the writing thread turns into a FUSE interrupt, and failing the part for it
+// would fail the whole file with EINTR, an error that applications retry forever.
+// Solution: starting the upload and waiting for a free slot ignore interrupts; both are bounded:
+// a request by the request timeout, a slot by the parts in flight, each bounded by that timeout.
+func (w *writer) uploadPart() error {
 	if w.uploadID == "" {
-		rctx, cancel := w.fsys.requestContext(ctx)
+		rctx, cancel := w.fsys.background()
 		out, err := w.fsys.client.CreateMultipartUpload(rctx, w.createInput())
 		cancel()
 		if err != nil {
@@ -130,13 +139,7 @@ func (w *writer) uploadPart(ctx context.Context) error {
 	w.partNum++
 	num, buf := w.partNum, w.buf
 	w.buf = nil
-	select {
-	case w.slots <- struct{}{}:
-	case <-ctx.Done():
-		w.fsys.putWriteBuf(buf)
-		w.fsys.budget.release(w.fsys.writePart)
-		return fmt.Errorf("upload part of %s: %w", w.node.key, ctx.Err())
-	}
+	w.slots <- struct{}{}
 	w.inflight.Add(1)
 	go func() { //nolint:contextcheck // the part upload outlives the write request
 		defer w.inflight.Done()
@@ -278,22 +281,15 @@ func (w *writer) finish(ctx context.Context) (entry, error) {
 	if err := w.uploadErr(); err != nil {
 		return entry{}, err
 	}
+	switch {
+	case w.uploadID == "" && w.off == 0 && w.empty != nil:
+		return *w.empty, nil
+	case w.uploadID == "":
+		return w.put(ctx)
+	}
 	rctx, cancel := w.fsys.requestContext(ctx)
 	defer cancel()
 	c := w.fsys.client
-	if w.uploadID == "" {
-		create := w.createInput()
-		out, err := c.PutObject(rctx, &s3.PutObjectInput{
-			Bucket: create.Bucket, Key: create.Key, Body: bytes.NewReader(w.buf),
-			ContentLength: aws.Int64(int64(len(w.buf))), StorageClass: create.StorageClass,
-			ServerSideEncryption: create.ServerSideEncryption, SSEKMSKeyId: create.SSEKMSKeyId,
-			ChecksumAlgorithm: w.checksum(),
-		}, w.payloadSigning()...)
-		if err != nil {
-			return entry{}, fmt.Errorf("put %s: %w", w.node.key, err)
-		}
-		return entry{size: w.off, mtime: time.Now(), etag: aws.ToString(out.ETag)}, nil
-	}
 	if len(w.buf) > 0 {
 		w.partNum++
 		done, err := w.sendPart(w.partNum, w.buf) //nolint:contextcheck // bounded by the request timeout
@@ -311,6 +307,60 @@ func (w *writer) finish(ctx context.Context) (entry, error) {
 		return entry{}, fmt.Errorf("complete upload of %s: %w", w.node.key, err)
 	}
 	return entry{size: w.off, mtime: time.Now(), etag: aws.ToString(out.ETag)}, nil
+}
+
+// put stores the buffered bytes, the whole file, with one PutObject. Called with w.mu held.
+func (w *writer) put(ctx context.Context) (entry, error) {
+	rctx, cancel := w.fsys.requestContext(ctx)
+	defer cancel()
+	create := w.createInput()
+	out, err := w.fsys.client.PutObject(rctx, &s3.PutObjectInput{
+		Bucket: create.Bucket, Key: create.Key, Body: bytes.NewReader(w.buf),
+		ContentLength: aws.Int64(int64(len(w.buf))), StorageClass: create.StorageClass,
+		ServerSideEncryption: create.ServerSideEncryption, SSEKMSKeyId: create.SSEKMSKeyId,
+		ChecksumAlgorithm: w.checksum(),
+	}, w.payloadSigning()...)
+	if err != nil {
+		return entry{}, fmt.Errorf("put %s: %w", w.node.key, err)
+	}
+	return entry{size: w.off, mtime: time.Now(), etag: aws.ToString(out.ETag)}, nil
+}
+
+// flush answers the close of one of the file's descriptors: a file with data is completed, so
+// the object is in the bucket when close returns; an empty file is stored empty but stays open
+// for writing.
+//
+// Problem: the kernel tells the filesystem of every close(2) (flush) but not which one is the
+// last; the release that follows the last is sent after close has returned, so an error there
+// reaches no one. Completing an empty file at its first close would break `cmd > f` (the shell
+// opens f, duplicates it onto stdout, closes the original, and cmd writes afterwards), and
+// leaving it to release made a failed `touch f` look successful.
+// Solution: a close of an empty file stores the empty object and returns that request's result;
+// bytes written afterwards through another descriptor replace it when that one is closed.
+// Invariant: a close returns 0 only if the bucket holds every byte written to the file so far;
+// after a failure every close fails.
+func (w *writer) flush(ctx context.Context) syscall.Errno {
+	ctx = context.WithoutCancel(ctx) // as in complete: a close is not retried
+	w.mu.Lock()
+	if w.done || w.off > 0 {
+		w.mu.Unlock()
+		return w.complete(ctx)
+	}
+	defer w.mu.Unlock()
+	if err := w.uploadErr(); err != nil {
+		return toErrno(err)
+	}
+	if w.empty != nil {
+		return 0
+	}
+	e, err := w.put(ctx)
+	if err != nil {
+		w.fsys.log.Error(err, "Upload failed", "key", w.node.key)
+		w.setErr(err)
+		return toErrno(err)
+	}
+	w.empty = &e
+	return 0
 }
 
 func (w *writer) abort() {
