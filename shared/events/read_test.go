@@ -7,9 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/s3csi/s3csi/shared/events"
+	"github.com/s3csi/s3csi/shared/testenv"
 )
 
 // read collects what ReadStream hands over: event ids, or "invalid:<seq>".
@@ -165,4 +167,45 @@ func TestMatchSubject(t *testing.T) {
 			t.Errorf("MatchSubject(%q, %q) = %v, want %v", tc.filter, tc.subject, got, tc.want)
 		}
 	}
+}
+
+// BenchmarkReadStream reads a stream of 10 000 events (about 500 bytes each) with direct gets,
+// as kubectl s3csi events does; it reports events per second.
+func BenchmarkReadStream(b *testing.B) {
+	srv := testenv.StartNATS(b)
+	nc, err := events.Connect(context.Background(), srv.URL(), b.Name(), logr.Discard())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := events.EnsureStream(context.Background(), js, events.StreamConfig{}); err != nil {
+		b.Fatal(err)
+	}
+	data, err := events.Encode(mustNew(b, payload(events.TypeVolumePublished, "node-a")))
+	if err != nil {
+		b.Fatal(err)
+	}
+	subject, _ := events.Subject(events.TypeVolumePublished, "node-a")
+	const n = 10000
+	for range n {
+		if _, err := js.PublishAsync(subject, data); err != nil {
+			b.Fatal(err)
+		}
+	}
+	<-js.PublishAsyncComplete()
+	b.ResetTimer()
+	for range b.N {
+		count := 0
+		if err := events.ReadStream(context.Background(), js, events.ReadOptions{}, func(events.StoredEvent) error {
+			count++
+			return nil
+		}); err != nil || count != n {
+			b.Fatalf("read %d events (%v), want %d", count, err, n)
+		}
+	}
+	b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "events/s")
 }
