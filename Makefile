@@ -6,7 +6,7 @@ VERSION ?= $(shell sed -n 's/^appVersion: "\(.*\)"/\1/p' charts/s3csi/Chart.yaml
 # Every binary reports VERSION (GetPluginInfo, labels, the mounter's user agent): shared/version.
 LDFLAGS  := -X github.com/s3csi/s3csi/shared/version.Version=$(VERSION)
 
-MODULES  := shared services/csi-controller services/pod-reconciler services/node-agent services/mounter services/janitor \
+MODULES  := shared cli services/csi-controller services/pod-reconciler services/node-agent services/mounter services/janitor \
             integration hack/imagebuild hack/tools/coredns
 SERVICES := csi-controller pod-reconciler node-agent mounter janitor
 BIN      := $(CURDIR)/bin
@@ -38,10 +38,11 @@ help: ## Show this help.
 ##@ Develop
 
 .PHONY: build
-build: ## Compile every module (GOWORK=off) and the service binaries into bin/, stamped with VERSION.
+build: ## Compile every module (GOWORK=off), the service binaries and kubectl-s3csi into bin/, stamped with VERSION.
 	@for m in $(MODULES); do echo "== build $$m"; (cd $$m && GOWORK=off $(GO) build ./...); done
 	@for s in $(SERVICES); do \
 	  (cd services/$$s && GOWORK=off CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...); done
+	@cd cli && GOWORK=off CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/kubectl-s3csi
 
 .PHONY: test
 test: test-modules test-e2e ## Run every module's tests, then the e2e suite on the single-node cluster.

@@ -51,8 +51,8 @@ func TestRenderedManifestsMatchGolden(t *testing.T) {
 }
 
 // generatedPassword matches a data line of the NATS auth Secret the chart generates: a
-// service's key and its random password.
-var generatedPassword = regexp.MustCompile(`(?m)^(  (?:csi-controller|pod-reconciler|node-agent|janitor): )[A-Za-z0-9+/=]+$`)
+// user's key (a service's, audit or replay) and its random password.
+var generatedPassword = regexp.MustCompile(`(?m)^(  (?:csi-controller|pod-reconciler|node-agent|janitor|audit|replay): )[A-Za-z0-9+/=]+$`)
 
 // generatedKey matches the data line of the generated ownership key.
 var generatedKey = regexp.MustCompile(`(?m)^(  key: )[A-Za-z0-9+/=]+$`)

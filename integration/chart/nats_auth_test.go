@@ -28,21 +28,21 @@ func TestNATSAuthentication(t *testing.T) {
 			t.Errorf("nats.conf does not hold events.AuthorizationConf():\n%s", conf)
 		}
 		nats := containers(t, find(objs, "StatefulSet", "s3csi-nats"))[0]
-		for _, s := range events.Services() {
+		for _, s := range events.Users() {
 			ref := secretKeyRef(nats, events.PasswordVariable(s))
 			if ref != "s3csi-nats-auth/"+string(s) {
 				t.Errorf("NATS reads %s from %q, want s3csi-nats-auth/%s", events.PasswordVariable(s), ref, s)
 			}
 		}
 	})
-	t.Run("the chart generates one password per service, each starting with a letter", func(t *testing.T) {
+	t.Run("the chart generates one password per user, kubectl s3csi's included, each starting with a letter", func(t *testing.T) {
 		secret := find(render(t, "default"), "Secret", "s3csi-nats-auth")
 		if secret == nil {
 			t.Fatal("no Secret s3csi-nats-auth")
 		}
 		data, _, _ := unstructured.NestedStringMap(secret.Object, "data")
 		seen := map[string]bool{}
-		for _, s := range events.Services() {
+		for _, s := range events.Users() {
 			pw, err := base64.StdEncoding.DecodeString(data[string(s)])
 			if err != nil || len(pw) < 32 || pw[0] < 'a' || pw[0] > 'z' {
 				t.Errorf("password of %s is %d bytes (decode error %v), want 32 or more starting with a letter", s, len(pw), err)

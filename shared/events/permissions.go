@@ -6,7 +6,9 @@ import (
 	"strings"
 )
 
-// Service names a service that connects to the bus; it is also its NATS user name.
+// Service names a service that connects to the bus; it is also its NATS user name. The users
+// of kubectl s3csi (UserAudit, UserReplay) are Services too: they have a user, a password and
+// permissions, but they produce no event and hold no durable consumer.
 type Service string
 
 // The services on the bus.
@@ -17,9 +19,32 @@ const (
 	ServiceJanitor       Service = "janitor"
 )
 
+// The users of kubectl s3csi.
+const (
+	// UserAudit reads the stream (kubectl s3csi events) and may do nothing else.
+	UserAudit Service = "audit"
+	// UserReplay reads the stream and republishes events under ReplaySubjectPrefix, into the
+	// ReplayStreamName stream it may create (kubectl s3csi replay). It may not publish any event
+	// type on a live subject.
+	UserReplay Service = "replay"
+)
+
+// The stream of replayed events. Its subjects are the live ones with ReplaySubjectPrefix in
+// place of SubjectPrefix; no service reads them.
+const (
+	ReplayStreamName    = "S3CSI_REPLAY"
+	ReplaySubjectPrefix = "s3csi.replay"
+)
+
 // Services returns every service on the bus, in a stable order.
 func Services() []Service {
 	return []Service{ServiceCSIController, ServicePodReconciler, ServiceNodeAgent, ServiceJanitor}
+}
+
+// Users returns every NATS user of the bus, in a stable order: the services, then the users of
+// kubectl s3csi.
+func Users() []Service {
+	return append(Services(), UserAudit, UserReplay)
 }
 
 // JanitorDurable is the durable consumer the janitor's replicas share. The node-agent's is per
@@ -85,11 +110,15 @@ type Permissions struct {
 // Invariant: the chart's nats.conf is rendered from these lists (AuthorizationConf), and a
 // test compares the two, so they cannot drift.
 func PermissionsOf(s Service) (Permissions, error) {
+	api := "$JS.API."
+	switch s {
+	case UserAudit, UserReplay:
+		return readerPermissions(s), nil
+	}
 	r, ok := roleOf(s)
 	if !ok {
 		return Permissions{}, fmt.Errorf("look up permissions of service %q: unknown service", s)
 	}
-	api := "$JS.API."
 	p := Permissions{
 		PublishAllow: append(NodeSubjects("", r.produces...),
 			api+"STREAM.INFO."+StreamName,
@@ -120,20 +149,48 @@ func PermissionsOf(s Service) (Permissions, error) {
 	return p, nil
 }
 
+// readerPermissions are those of the users of kubectl s3csi.
+//
+// Problem: an audit user must read every event yet change nothing, and subject permissions
+// cannot confine a user who may create JetStream consumers to its own (it could rewrite or
+// delete a service's durable consumer).
+// Solution: the users read with direct gets (ReadStream): stream info and DIRECT.GET of the
+// events stream, and replies in an inbox of their own, _INBOX.<user>.> (the CLI connects with
+// that inbox prefix), so they cannot read the services' replies either. The replay user may
+// also publish under ReplaySubjectPrefix and create or inspect the stream that stores it.
+// Invariant: neither user may publish on a live event subject, touch a consumer, or change,
+// purge or delete the events stream.
+func readerPermissions(s Service) Permissions {
+	api := "$JS.API."
+	p := Permissions{
+		PublishAllow:   []string{api + "STREAM.INFO." + StreamName, api + "DIRECT.GET." + StreamName},
+		SubscribeAllow: []string{InboxPrefix(s) + ".>"},
+	}
+	if s == UserReplay {
+		p.PublishAllow = append(p.PublishAllow, ReplaySubjectPrefix+".>",
+			api+"STREAM.INFO."+ReplayStreamName, api+"STREAM.CREATE."+ReplayStreamName)
+	}
+	return p
+}
+
+// InboxPrefix is the reply inbox prefix of the user of kubectl s3csi named user: the only
+// inbox its permissions let it subscribe to.
+func InboxPrefix(user Service) string { return "_INBOX." + string(user) }
+
 // PasswordVariable is the nats.conf variable (resolved by nats-server from its environment)
 // holding the password of service s, e.g. S3CSI_NATS_PASSWORD_NODE_AGENT.
 func PasswordVariable(s Service) string {
 	return "S3CSI_NATS_PASSWORD_" + strings.ToUpper(strings.ReplaceAll(string(s), "-", "_"))
 }
 
-// AuthorizationConf renders the nats.conf authorization block: one user per service, named
-// after it, with the password taken from the server's environment (PasswordVariable) and the
+// AuthorizationConf renders the nats.conf authorization block: one user per service (and per
+// user of kubectl s3csi, Users), named after it, with the password taken from the server's environment (PasswordVariable) and the
 // permissions of PermissionsOf. It holds no secret, so it can be generated into the chart.
 func AuthorizationConf() string {
 	var b strings.Builder
 	b.WriteString("# Generated from shared/events (PermissionsOf) by `make generate`; do not edit.\n")
 	b.WriteString("authorization {\n  users = [\n")
-	for _, s := range Services() {
+	for _, s := range Users() {
 		p, _ := PermissionsOf(s)
 		fmt.Fprintf(&b, "    {\n      user: %q\n      password: $%s\n      permissions: {\n", s, PasswordVariable(s))
 		fmt.Fprintf(&b, "        publish: {\n          allow: %s\n", confList(p.PublishAllow, 10))

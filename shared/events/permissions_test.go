@@ -30,7 +30,7 @@ func startAuthNATS(t *testing.T) *authNATS {
 	t.Helper()
 	dir := t.TempDir()
 	a := &authNATS{dir: dir, passwords: map[events.Service]string{}}
-	for _, s := range events.Services() {
+	for _, s := range events.Users() {
 		pw := "pw-" + string(s) + "-0123456789"
 		a.passwords[s] = pw
 		t.Setenv(events.PasswordVariable(s), pw)
@@ -76,7 +76,11 @@ func (a *authNATS) connectAs(t *testing.T, s events.Service) *client {
 	}
 	auth := events.Auth{User: string(s), PasswordFile: file}
 	c := &client{errs: make(chan error, 16)}
-	opts := append(auth.Options(), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+	opts := auth.Options()
+	if s == events.UserAudit || s == events.UserReplay {
+		opts = append(opts, nats.CustomInboxPrefix(events.InboxPrefix(s)))
+	}
+	opts = append(opts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 		select {
 		case c.errs <- err:
 		default:
@@ -128,6 +132,8 @@ func TestConnectionsWithoutTheRightPasswordAreRefused(t *testing.T) {
 		{name: "a service with a wrong password is refused",
 			opts: events.Auth{User: "node-agent", PasswordFile: wrong}.Options()},
 		{name: "a user the catalog does not know is refused",
+			opts: events.Auth{User: "operator", PasswordFile: wrong}.Options()},
+		{name: "the audit user with a wrong password is refused",
 			opts: events.Auth{User: "audit", PasswordFile: wrong}.Options()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -333,7 +339,7 @@ func TestThePermissionsCoverEveryServiceAndType(t *testing.T) {
 			t.Errorf("no service may publish %s", typ)
 		}
 	}
-	if _, err := events.PermissionsOf("audit"); err == nil {
+	if _, err := events.PermissionsOf("operator"); err == nil {
 		t.Error("an unknown service got permissions")
 	}
 }

@@ -19,8 +19,9 @@ const (
 	DefaultMaxBackoff     = 5 * time.Second
 )
 
-// cloudEventsJSON is the Content-Type header of a structured-mode CloudEvents JSON message.
-const cloudEventsJSON = "application/cloudevents+json"
+// MessageContentType is the Content-Type header of an event message: structured-mode
+// CloudEvents JSON.
+const MessageContentType = "application/cloudevents+json"
 
 // PublisherOptions tune a Publisher; zero values take the defaults.
 type PublisherOptions struct {
@@ -113,7 +114,7 @@ func (p *Publisher) publishOnce(ctx context.Context, subject string, data []byte
 	defer cancel()
 	msg := nats.NewMsg(subject)
 	msg.Data = data
-	msg.Header.Set("Content-Type", cloudEventsJSON)
+	msg.Header.Set("Content-Type", MessageContentType)
 	return p.js.PublishMsg(ctx, msg,
 		jetstream.WithMsgID(id),
 		jetstream.WithExpectStream(StreamName),

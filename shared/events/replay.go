@@ -10,10 +10,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// replayResetAttempts bounds how often the ordered consumer is recreated after a gap or a
-// failure, so that Replay fails instead of hanging while NATS is down.
-const replayResetAttempts = 3
-
 // ReplayOptions select the events Replay reads.
 type ReplayOptions struct {
 	// StartSeq is the first stream sequence to read. At most one of StartSeq and StartTime
@@ -39,12 +35,12 @@ type ReplayOptions struct {
 // An error of fn stops the replay and is returned. Invalid messages are skipped (see
 // ReplayOptions.Invalid): a replay is an audit read and must get past poison.
 //
-// It reads with an ordered consumer: ephemeral, unacknowledged and self-healing on gaps, so it
-// changes no durable consumer's position and can run while services consume.
+// It reads like ReadStream, with direct gets: it leaves no state on the server, changes no
+// consumer's position and can run while services consume, with read rights only.
 func Replay(ctx context.Context, js jetstream.JetStream, opts ReplayOptions,
 	fn func(d *Decoded, meta *jetstream.MsgMetadata) error,
 ) error {
-	cfg, err := opts.consumerConfig()
+	subjects, err := opts.subjects()
 	if err != nil {
 		return fmt.Errorf("replay events: %w", err)
 	}
@@ -58,99 +54,40 @@ func Replay(ctx context.Context, js jetstream.JetStream, opts ReplayOptions,
 			log.Info("skipping invalid event", "streamSeq", meta.Sequence.Stream, "reason", truncate(err.Error()))
 		}
 	}
-
-	stream, err := js.Stream(ctx, StreamName)
-	if err != nil {
-		return fmt.Errorf("replay events: look up stream: %w", err)
-	}
-	info, err := stream.Info(ctx)
-	if err != nil {
-		return fmt.Errorf("replay events: read stream info: %w", err)
-	}
-	last := info.State.LastSeq
-	if last == 0 || opts.StartSeq > last {
-		return nil
-	}
-
-	cons, err := stream.OrderedConsumer(ctx, cfg)
-	if err != nil {
-		return fmt.Errorf("replay events: create ordered consumer: %w", err)
-	}
-	if ci := cons.CachedInfo(); ci != nil && ci.NumPending == 0 {
-		deleteConsumer(ctx, js, ci.Name)
-		return nil
-	}
-	it, err := cons.Messages()
-	if err != nil {
-		return fmt.Errorf("replay events: iterate: %w", err)
-	}
-	defer func() {
-		// Stop only signals the pull goroutine, which exits at once; see stopIterator.
-		it.Stop()
-		if ci := cons.CachedInfo(); ci != nil {
-			deleteConsumer(ctx, js, ci.Name)
-		}
-	}()
-
-	for {
-		msg, err := it.Next(jetstream.NextContext(ctx))
-		if err != nil {
-			return fmt.Errorf("replay events: receive: %w", err)
-		}
-		meta, err := msg.Metadata()
-		if err != nil {
-			return fmt.Errorf("replay events: read metadata: %w", err)
-		}
-		if meta.Sequence.Stream > last {
-			return nil // stored after Replay started
-		}
-		d, err := Decode(msg.Data())
-		if err == nil {
-			err = checkSubject(d, msg.Subject())
-		}
-		if err != nil {
-			invalidFn(meta, err)
-		} else if err := fn(d, meta); err != nil {
-			return fmt.Errorf("replay event %d: %w", meta.Sequence.Stream, err)
-		}
-		if meta.Sequence.Stream >= last || meta.NumPending == 0 {
+	err = ReadStream(ctx, js, ReadOptions{StartSeq: opts.StartSeq, StartTime: opts.StartTime, Subjects: subjects},
+		func(m StoredEvent) error {
+			meta := &jetstream.MsgMetadata{
+				Sequence:  jetstream.SequencePair{Stream: m.Seq},
+				Timestamp: m.Time,
+				Stream:    StreamName,
+			}
+			if m.Err != nil {
+				invalidFn(meta, m.Err)
+				return nil
+			}
+			if err := fn(m.Event, meta); err != nil {
+				return fmt.Errorf("replay event %d: %w", m.Seq, err)
+			}
 			return nil
-		}
+		})
+	if err != nil {
+		return fmt.Errorf("replay events: %w", err)
 	}
+	return nil
 }
 
-func (o ReplayOptions) consumerConfig() (jetstream.OrderedConsumerConfig, error) {
+// subjects are the filter subjects of the selected types and node.
+func (o ReplayOptions) subjects() ([]string, error) {
 	for _, t := range o.Types {
 		if !t.Known() {
-			return jetstream.OrderedConsumerConfig{}, fmt.Errorf("select type %q: %w", t, ErrUnknownType)
+			return nil, fmt.Errorf("select type %q: %w", t, ErrUnknownType)
 		}
 	}
 	if o.Node != "" && !ValidNode(o.Node) {
-		return jetstream.OrderedConsumerConfig{}, fmt.Errorf("select node: invalid node name %q", o.Node)
+		return nil, fmt.Errorf("select node: invalid node name %q", o.Node)
 	}
-	cfg := jetstream.OrderedConsumerConfig{
-		FilterSubjects:   NodeSubjects(o.Node, o.Types...),
-		DeliverPolicy:    jetstream.DeliverAllPolicy,
-		MaxResetAttempts: replayResetAttempts,
+	if o.StartSeq != 0 && !o.StartTime.IsZero() {
+		return nil, errors.New("select start: both StartSeq and StartTime are set")
 	}
-	switch {
-	case o.StartSeq != 0 && !o.StartTime.IsZero():
-		return cfg, errors.New("select start: both StartSeq and StartTime are set")
-	case o.StartSeq != 0:
-		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
-		cfg.OptStartSeq = o.StartSeq
-	case !o.StartTime.IsZero():
-		t := o.StartTime
-		cfg.DeliverPolicy = jetstream.DeliverByStartTimePolicy
-		cfg.OptStartTime = &t
-	}
-	return cfg, nil
-}
-
-// deleteConsumer removes the ephemeral consumer now instead of after its inactivity threshold.
-// Best effort: the server deletes it anyway.
-func deleteConsumer(ctx context.Context, js jetstream.JetStream, name string) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackTimeout)
-	defer cancel()
-	_ = js.DeleteConsumer(ctx, StreamName, name)
+	return NodeSubjects(o.Node, o.Types...), nil
 }

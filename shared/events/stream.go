@@ -73,6 +73,9 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg StreamConfig)
 		Replicas:    cfg.Replicas,
 		Duplicates:  cfg.DuplicateWindow,
 		Storage:     cfg.Storage,
+		// Audit reads (ReadStream) are direct gets: they need no consumer, so a read-only user
+		// can read the stream, and every replica can answer them.
+		AllowDirect: true,
 	})
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeReplicasNotSupported {
@@ -87,3 +90,37 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg StreamConfig)
 
 // maxHeaderSize leaves room for Nats-Msg-Id and Content-Type headers in MaxMsgSize.
 const maxHeaderSize = 1 << 10
+
+// DefaultReplayMaxAge is how long the replay stream keeps replayed events.
+const DefaultReplayMaxAge = 24 * time.Hour
+
+// EnsureReplayStream returns the ReplayStreamName stream, creating it on ReplaySubjectPrefix.>
+// when it is missing. An existing stream is left as it is: the replay user may create and
+// inspect it, never change it.
+func EnsureReplayStream(ctx context.Context, js jetstream.JetStream) (jetstream.Stream, error) {
+	s, err := js.Stream(ctx, ReplayStreamName)
+	if err == nil {
+		return s, nil
+	}
+	if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, fmt.Errorf("look up stream %s: %w", ReplayStreamName, err)
+	}
+	s, err = js.CreateStream(ctx, jetstream.StreamConfig{
+		Name:        ReplayStreamName,
+		Description: "s3csi events replayed by kubectl s3csi replay, off the live subjects",
+		Subjects:    []string{ReplaySubjectPrefix + ".>"},
+		Retention:   jetstream.LimitsPolicy,
+		Discard:     jetstream.DiscardOld,
+		MaxAge:      DefaultReplayMaxAge,
+		MaxMsgSize:  MaxEventSize + maxHeaderSize,
+		Duplicates:  DefaultDuplicateWindow,
+		AllowDirect: true,
+	})
+	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		s, err = js.Stream(ctx, ReplayStreamName) // created meanwhile
+	}
+	if err != nil {
+		return nil, fmt.Errorf("create stream %s: %w", ReplayStreamName, err)
+	}
+	return s, nil
+}

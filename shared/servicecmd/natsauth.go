@@ -10,10 +10,10 @@ import (
 	"github.com/s3csi/s3csi/shared/events"
 )
 
-// natsAuthFromEnv is the default of CommonOptions.NATSAuth: NATS_USER, NATS_PASSWORD_FILE,
-// NATS_TLS_CA_FILE, NATS_TLS_CERT_FILE, NATS_TLS_KEY_FILE. These are a user name and paths
-// only, never a secret.
-func natsAuthFromEnv() events.Auth {
+// NATSAuthFromEnv is the default of CommonOptions.NATSAuth (and of kubectl s3csi's): NATS_USER,
+// NATS_PASSWORD_FILE, NATS_TLS_CA_FILE, NATS_TLS_CERT_FILE, NATS_TLS_KEY_FILE. These are a user
+// name and paths only, never a secret.
+func NATSAuthFromEnv() events.Auth {
 	return events.Auth{
 		User:         os.Getenv("NATS_USER"),
 		PasswordFile: os.Getenv("NATS_PASSWORD_FILE"),
@@ -23,10 +23,9 @@ func natsAuthFromEnv() events.Auth {
 	}
 }
 
-// addNATSAuthFlags registers the flags of CommonOptions.NATSAuth, with the current values as
-// defaults.
-func (o *CommonOptions) addNATSAuthFlags(fs *pflag.FlagSet) {
-	a := &o.NATSAuth
+// AddNATSAuthFlags registers --nats-user, --nats-password-file and --nats-tls-* for a on fs,
+// with the current values as defaults.
+func AddNATSAuthFlags(fs *pflag.FlagSet, a *events.Auth) {
 	fs.StringVar(&a.User, "nats-user", a.User,
 		"NATS user name; requires --nats-password-file (env NATS_USER)")
 	fs.StringVar(&a.PasswordFile, "nats-password-file", a.PasswordFile,
@@ -39,11 +38,10 @@ func (o *CommonOptions) addNATSAuthFlags(fs *pflag.FlagSet) {
 		"PEM client key for mutual TLS; requires --nats-tls-cert-file (env NATS_TLS_KEY_FILE)")
 }
 
-// validateNATSAuth checks the pairs of flags that go together and that every named file can
+// ValidateNATSAuth checks the pairs of flags that go together and that every named file can
 // be read now, so a missing Secret mount fails at start-up, naming the flag, instead of as an
 // endless "authorization violation" in the reconnect loop. Errors name files, never contents.
-func (o *CommonOptions) validateNATSAuth() []error {
-	a := o.NATSAuth
+func ValidateNATSAuth(a events.Auth) []error {
 	var errs []error
 	if (a.User == "") != (a.PasswordFile == "") {
 		errs = append(errs, errors.New("--nats-user and --nats-password-file: set both or neither"))
@@ -68,7 +66,14 @@ func (o *CommonOptions) validateNATSAuth() []error {
 			errs = append(errs, fmt.Errorf("%s: %w", f.flag, err))
 		}
 	}
-	if (a.User != "" || a.TLSCAFile != "") && o.NATSURL == "" {
+	return errs
+}
+
+// validateNATSAuth is ValidateNATSAuth, and auth without a URL: a service without --nats-url
+// has events disabled, so its NATS user would be silently unused.
+func (o *CommonOptions) validateNATSAuth() []error {
+	errs := ValidateNATSAuth(o.NATSAuth)
+	if (o.NATSAuth.User != "" || o.NATSAuth.TLSCAFile != "") && o.NATSURL == "" {
 		errs = append(errs, errors.New("--nats-user and --nats-tls-*: set without --nats-url, events are disabled"))
 	}
 	return errs

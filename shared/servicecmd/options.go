@@ -40,12 +40,12 @@ type CommonOptions struct {
 }
 
 // NewCommonOptions returns the defaults for a service whose admin endpoint listens on
-// adminAddr, taking NATS_URL and the NATS authentication (natsAuthFromEnv) from the environment.
+// adminAddr, taking NATS_URL and the NATS authentication (NATSAuthFromEnv) from the environment.
 func NewCommonOptions(adminAddr string) CommonOptions {
 	return CommonOptions{
 		AdminAddr:          adminAddr,
 		NATSURL:            os.Getenv("NATS_URL"),
-		NATSAuth:           natsAuthFromEnv(),
+		NATSAuth:           NATSAuthFromEnv(),
 		NATSStreamReplicas: streamReplicasFromEnv(),
 		Logging:            logging.NewOptions(),
 	}
@@ -76,7 +76,7 @@ func (o *CommonOptions) StreamConfig() events.StreamConfig {
 func (o *CommonOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.AdminAddr, "admin-address", o.AdminAddr, "host:port serving /healthz, /readyz and /metrics")
 	fs.StringVar(&o.NATSURL, "nats-url", o.NATSURL, "NATS server URLs, comma separated; empty disables events (env NATS_URL)")
-	o.addNATSAuthFlags(fs)
+	AddNATSAuthFlags(fs, &o.NATSAuth)
 	fs.IntVar(&o.NATSStreamReplicas, "nats-stream-replicas", o.NATSStreamReplicas,
 		"copies of the S3CSI_EVENTS stream, 1 to 5, when creating it; more than 1 needs a NATS cluster (env NATS_STREAM_REPLICAS)")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "path to a kubeconfig; empty uses the in-cluster configuration")

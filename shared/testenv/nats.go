@@ -3,6 +3,8 @@ package testenv
 import (
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"testing"
@@ -25,6 +27,8 @@ type NATS struct {
 	StoreDir string
 
 	port int
+	// conf is the nats.conf text (e.g. an authorization block) the server is started with.
+	conf string
 
 	mu  sync.Mutex
 	srv *server.Server
@@ -32,7 +36,14 @@ type NATS struct {
 
 // StartNATSE starts a JetStream server on 127.0.0.1 and a random port, storing under storeDir.
 func StartNATSE(storeDir string) (*NATS, error) {
-	srv, err := runNATS(server.RANDOM_PORT, storeDir)
+	return StartNATSConfE(storeDir, "")
+}
+
+// StartNATSConfE is StartNATSE with conf added to the server's configuration file, e.g. the
+// authorization block of events.AuthorizationConf (whose password variables the server reads
+// from the process environment).
+func StartNATSConfE(storeDir, conf string) (*NATS, error) {
+	srv, err := runNATS(server.RANDOM_PORT, storeDir, conf)
 	if err != nil {
 		return nil, err
 	}
@@ -42,13 +53,25 @@ func StartNATSE(storeDir string) (*NATS, error) {
 		srv.WaitForShutdown()
 		return nil, fmt.Errorf("find NATS port: listener address %v is not TCP", srv.Addr())
 	}
-	return &NATS{StoreDir: storeDir, port: addr.Port, srv: srv}, nil
+	return &NATS{StoreDir: storeDir, port: addr.Port, conf: conf, srv: srv}, nil
 }
 
 // StartNATS starts a JetStream server for one test and stops it when the test ends.
 func StartNATS(t testing.TB) *NATS {
 	t.Helper()
 	n, err := StartNATSE(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Stop)
+	return n
+}
+
+// StartNATSConf starts a JetStream server with conf (see StartNATSConfE) for one test and stops
+// it when the test ends.
+func StartNATSConf(t testing.TB, conf string) *NATS {
+	t.Helper()
+	n, err := StartNATSConfE(t.TempDir(), conf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +101,7 @@ func (n *NATS) RestartE() error {
 		n.srv.WaitForShutdown()
 		n.srv = nil
 	}
-	srv, err := runNATS(n.port, n.StoreDir)
+	srv, err := runNATS(n.port, n.StoreDir, n.conf)
 	if err != nil {
 		return fmt.Errorf("restart NATS: %w", err)
 	}
@@ -106,7 +129,7 @@ func (n *NATS) Stop() {
 	n.srv = nil
 }
 
-func runNATS(port int, storeDir string) (*server.Server, error) {
+func runNATS(port int, storeDir, conf string) (*server.Server, error) {
 	opts := &server.Options{
 		ServerName: "s3csi-test",
 		Host:       "127.0.0.1",
@@ -115,6 +138,12 @@ func runNATS(port int, storeDir string) (*server.Server, error) {
 		StoreDir:   storeDir,
 		NoSigs:     true,
 		NoLog:      true,
+	}
+	if conf != "" {
+		var err error
+		if opts, err = confOptions(port, storeDir, conf); err != nil {
+			return nil, err
+		}
 	}
 	srv, err := server.NewServer(opts)
 	if err != nil {
@@ -127,4 +156,20 @@ func runNATS(port int, storeDir string) (*server.Server, error) {
 		return nil, fmt.Errorf("start NATS server on port %d: not ready after %s", port, natsReadyTimeout)
 	}
 	return srv, nil
+}
+
+// confOptions are the options of a server configured by a file holding conf, beside storeDir.
+func confOptions(port int, storeDir, conf string) (*server.Options, error) {
+	path := filepath.Join(storeDir, "nats.conf")
+	text := fmt.Sprintf("server_name: s3csi-test\nlisten: %q\njetstream {\n  store_dir: %q\n}\n%s\n",
+		net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), filepath.Join(storeDir, "jetstream"), conf)
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		return nil, fmt.Errorf("write NATS config: %w", err)
+	}
+	opts, err := server.ProcessConfigFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("load NATS config: %w", err)
+	}
+	opts.NoSigs, opts.NoLog = true, true
+	return opts, nil
 }

@@ -150,9 +150,11 @@ imagePullSecrets:
 {{- end }}
 {{- end }}
 
-{{/* Services on the bus; each is a NATS user and a key of the auth Secret (shared/events.Services). */}}
-{{- define "s3csi.natsServices" -}}
-csi-controller pod-reconciler node-agent janitor
+{{/* Users of the bundled NATS; each is a key of the auth Secret (shared/events.Users): the
+services, then the users of kubectl s3csi (audit reads the events, replay republishes them off
+the live subjects). */}}
+{{- define "s3csi.natsUsers" -}}
+csi-controller pod-reconciler node-agent janitor audit replay
 {{- end }}
 
 {{/* Secret holding the services' NATS passwords. */}}
