@@ -116,16 +116,18 @@ func OpenOutbox(ctx context.Context, url, name string, opts OutboxOptions) (*Out
 }
 
 // OutboxFor returns an Outbox publishing to js that, before its first publish, creates the
-// stream with opts.Stream if it does not exist (see OpenOutbox).
+// stream with opts.Stream if it does not exist (see OpenOutbox), and creates it again when a
+// publish finds it gone (a NATS without persistence restarted).
 func OutboxFor(js jetstream.JetStream, opts OutboxOptions) *Outbox {
-	opts.Prepare = func(ctx context.Context) error {
+	ensure := func(ctx context.Context) error {
 		if _, err := js.Stream(ctx, StreamName); err == nil {
 			return nil
 		}
 		_, err := EnsureStream(ctx, js, opts.Stream)
 		return err
 	}
-	return NewOutbox(NewPublisher(js, PublisherOptions{Log: opts.Log.WithName("events")}), opts)
+	opts.Prepare = ensure
+	return NewOutbox(NewPublisher(js, PublisherOptions{Log: opts.Log.WithName("events"), EnsureStream: ensure}), opts)
 }
 
 // Enqueue schedules e for publication and returns at once. It reports whether e was queued:

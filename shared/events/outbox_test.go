@@ -208,3 +208,48 @@ func (s *recordingSink) last() event.Event {
 	defer s.mu.Unlock()
 	return s.e
 }
+
+// A NATS without persistence that restarts comes back without the stream: the outbox creates it
+// again, and the event that found it gone is stored.
+func TestOutboxCreatesTheStreamAgainWhenItIsGone(t *testing.T) {
+	srv := testenv.StartNATS(t)
+	m := outboxMetrics(t)
+	o, closeFn, err := events.OpenOutbox(t.Context(), srv.URL(), "test", events.OutboxOptions{Metrics: m, Log: testr.New(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeFn()
+	stop := runOutbox(o)
+	defer stop()
+	o.Enqueue(outboxEvent(t, "before"))
+	eventually(t, 20*time.Second, "the first event is published", func() bool { return m.Count(unmountType, "published") == 1 })
+
+	js := jetStreamOf(t, srv.URL())
+	if err := js.DeleteStream(t.Context(), events.StreamName); err != nil {
+		t.Fatal(err)
+	}
+	o.Enqueue(outboxEvent(t, "after"))
+	eventually(t, 20*time.Second, "the event after the loss is published", func() bool { return m.Count(unmountType, "published") == 2 })
+	info, err := js.Stream(t.Context(), events.StreamName)
+	if err != nil {
+		t.Fatalf("the stream was not created again: %v", err)
+	}
+	if n := info.CachedInfo().State.Msgs; n != 1 {
+		t.Errorf("the new stream holds %d messages, want the event published after the loss", n)
+	}
+}
+
+// jetStreamOf connects a JetStream client to url for the test.
+func jetStreamOf(t *testing.T, url string) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}

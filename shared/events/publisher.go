@@ -34,6 +34,10 @@ type PublisherOptions struct {
 	MinBackoff, MaxBackoff time.Duration
 	// Log receives retries at V(1); default logr.Discard().
 	Log logr.Logger
+	// EnsureStream, when set, is called before the next attempt when an attempt found no
+	// stream (a NATS without persistence restarted, or the stream was deleted): it creates the
+	// stream again (OutboxFor sets it).
+	EnsureStream func(ctx context.Context) error
 }
 
 // Publisher publishes events to the S3CSI_EVENTS stream. It is safe for concurrent use.
@@ -102,6 +106,13 @@ func (p *Publisher) Publish(ctx context.Context, e event.Event) (*jetstream.PubA
 				e.ID(), subject, attempt, p.opts.DuplicateWindow, err)
 		}
 		log.V(1).Info("publish failed; retrying", "attempt", attempt, "backoff", backoff, "reason", err.Error())
+		if p.opts.EnsureStream != nil && noStream(err) {
+			if serr := p.opts.EnsureStream(ctx); serr != nil {
+				log.Info("Creating the event stream again failed", "reason", serr.Error())
+			} else {
+				log.Info("Created the event stream again: it was gone")
+			}
+		}
 		if err := sleep(ctx, backoff); err != nil {
 			return nil, fmt.Errorf("publish event %s to %s: %w", e.ID(), subject, err)
 		}
@@ -133,6 +144,12 @@ func transient(err error) bool {
 		}
 	}
 	return false
+}
+
+// noStream reports whether a publish found no stream to store it: JetStream answers nothing
+// for a subject no stream listens to.
+func noStream(err error) bool {
+	return errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders)
 }
 
 // sleep waits d or until ctx is done, without leaving a timer behind.
