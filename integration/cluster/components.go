@@ -114,11 +114,10 @@ func (c Config) startVersitygw() error {
 	if err := os.MkdirAll(c.S3DataDir(), 0o755); err != nil {
 		return fmt.Errorf("create S3 data dir: %w", err)
 	}
+	// The keys travel in the environment: the command line is logged, and shows in ps.
 	return c.start(daemon{name: "versitygw", path: gw, args: []string{
-		"--port", fmt.Sprintf("%s:%d", c.NodeIP(), c.S3Port),
-		"--access", c.S3AccessKey, "--secret", c.S3SecretKey, "--quiet",
-		"posix", c.S3DataDir(),
-	}, env: []string{"AWS_CA_BUNDLE="}})
+		"--port", fmt.Sprintf("%s:%d", c.NodeIP(), c.S3Port), "--quiet", "posix", c.S3DataDir(),
+	}, env: []string{"AWS_CA_BUNDLE=", "ROOT_ACCESS_KEY_ID=" + c.S3AccessKey, "ROOT_SECRET_ACCESS_KEY=" + c.S3SecretKey}})
 }
 
 func (c Config) startCoreDNS() error {

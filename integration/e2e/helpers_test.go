@@ -175,3 +175,8 @@ func mountsUnder(t *testing.T, dir string) []string {
 	}
 	return out
 }
+
+// getPod refreshes pod from the API server.
+func getPod(ctx context.Context, pod *corev1.Pod) error {
+	return k8s.Get(ctx, client.ObjectKeyFromObject(pod), pod)
+}

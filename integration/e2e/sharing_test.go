@@ -17,20 +17,25 @@ import (
 	"github.com/s3csi/s3csi/shared/fixture"
 )
 
-// staticClaim creates a bucket holding seed.txt, a PersistentVolume on it and a claim bound to
-// it in ns; the volume is deleted at the end of the test.
-func staticClaim(ctx context.Context, t *testing.T, ns, claim string) *corev1.PersistentVolume {
+// staticClaim creates a bucket e2e-<ns>-<claim> holding seed.txt ("seed"), a PersistentVolume on
+// it (changed by mods) and a claim bound to it in ns; the volume is deleted at the end of the test.
+func staticClaim(ctx context.Context, t *testing.T, ns, claim string, mods ...fixture.PVMod) *corev1.PersistentVolume {
 	t.Helper()
-	bucket := "e2e-" + ns
+	bucket := "e2e-" + ns + "-" + claim
 	if err := cfg.MakeBucket(ctx, bucket, "seed.txt", "seed"); err != nil {
 		t.Fatal(err)
 	}
-	pv := fixture.PV("e2e-"+ns+"-"+claim, fixture.WithVolumeHandle(bucket),
-		fixture.WithVolumeAttribute("bucketName", bucket), fixture.PreBoundTo(ns, claim))
+	mods = append([]fixture.PVMod{
+		fixture.WithVolumeHandle(bucket), fixture.WithVolumeAttribute("bucketName", bucket), fixture.PreBoundTo(ns, claim),
+	}, mods...)
+	pv := fixture.PV("e2e-"+ns+"-"+claim, mods...)
 	create(ctx, t, pv)
 	create(ctx, t, fixture.PVC(claim, fixture.ClaimInNamespace(ns), fixture.WithVolumeName(pv.Name)))
 	return pv
 }
+
+// bucketOf is the bucket of a static volume.
+func bucketOf(pv *corev1.PersistentVolume) string { return pv.Spec.CSI.VolumeHandle }
 
 // attachmentsOf lists the attachments of a volume and the Mountpoint Pods serving it.
 func attachmentsOf(ctx context.Context, pv string) ([]s3csiv2.MountpointS3PodAttachment, []corev1.Pod, error) {
@@ -102,7 +107,7 @@ func TestPodsOfOneClaimShareOneMountpointPod(t *testing.T) {
 	for _, pod := range pods {
 		key := pod.Name + ".txt"
 		eventually(ctx, t, "object "+key+" in S3", func() error {
-			if got := object(ctx, t, "e2e-"+ns, key); got != pod.Name+"\n" {
+			if got := object(ctx, t, bucketOf(pv), key); got != pod.Name+"\n" {
 				return fmt.Errorf("%q", got)
 			}
 			return nil

@@ -1,0 +1,211 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// The mounter of a Mountpoint Pod killed under a reader (S1, S3): the reader gets a Warning Event
+// that names the cause within seconds, and the next pod on the volume mounts and reads.
+func TestAKilledMounterIsReportedAndTheNextPodMounts(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	ns := namespace(t, "killed")
+	pv := staticClaim(ctx, t, ns, "data")
+	reader := busybox(ns, "reader", "while true; do cat /data/seed.txt >/dev/null 2>&1 || echo READ-FAILED; sleep 0.2; done",
+		claimVolume("data", "data"))
+	create(ctx, t, reader)
+	waitRunning(ctx, t, reader)
+	_, mps, err := attachmentsOf(ctx, pv.Name)
+	if err != nil || len(mps) != 1 {
+		t.Fatalf("find the Mountpoint Pod: %d pods, %v", len(mps), err)
+	}
+	pid := mounterPID(t, string(mps[0].UID))
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill the mounter (pid %d): %v", pid, err)
+	}
+	killed := time.Now()
+	eventually(ctx, t, "a Warning Event on the reader naming the lost connection", func() error {
+		if events := podEvents(ctx, reader); !strings.Contains(events, "Warning MountpointConnectionLost") {
+			return fmt.Errorf("events: %s", events)
+		}
+		return nil
+	})
+	t.Logf("from the kill to the reader's Warning Event: %v", time.Since(killed).Round(10*time.Millisecond))
+
+	next := busybox(ns, "next", "cat /data/seed.txt", claimVolume("data", "data"))
+	create(ctx, t, next)
+	if out := waitPodDone(ctx, t, next); out != "seed" {
+		t.Errorf("the next pod read %q, want seed", out)
+	}
+	t.Logf("from the kill to the next pod done: %v", time.Since(killed).Round(10*time.Millisecond))
+}
+
+// mounterPID finds the s3csi-mounter process of the Mountpoint Pod with the given UID among the
+// node's processes (the test runs on the node): its cgroup path names the pod.
+func mounterPID(t *testing.T, podUID string) int {
+	t.Helper()
+	procs, err := filepath.Glob("/proc/[0-9]*/comm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	uidForms := []string{podUID, strings.ReplaceAll(podUID, "-", "_")}
+	for _, comm := range procs {
+		name, err := os.ReadFile(comm)
+		if err != nil || strings.TrimSpace(string(name)) != "s3csi-mounter" {
+			continue
+		}
+		dir := filepath.Dir(comm)
+		cgroup, err := os.ReadFile(filepath.Join(dir, "cgroup"))
+		if err != nil {
+			continue
+		}
+		for _, u := range uidForms {
+			if strings.Contains(string(cgroup), u) {
+				pid, err := strconv.Atoi(filepath.Base(dir))
+				if err != nil {
+					t.Fatal(err)
+				}
+				return pid
+			}
+		}
+	}
+	t.Fatalf("no s3csi-mounter process of pod %s on the node", podUID)
+	return 0
+}
+
+// NATS down for the whole test (S22): a pod still mounts, through the fallback re-reads of the
+// API server; the time it took is logged. NATS is brought back at the end.
+func TestMountsWorkWithNATSDown(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	ns := namespace(t, "nats-down")
+	staticClaim(ctx, t, ns, "data")
+	scaleNATS(ctx, t, 0)
+	t.Cleanup(func() { scaleNATS(context.WithoutCancel(ctx), t, 1) })
+
+	start := time.Now()
+	pod := busybox(ns, "w", "set -e\necho written > /data/w.txt\ncat /data/seed.txt", claimVolume("data", "data"))
+	create(ctx, t, pod)
+	if out := waitPodDone(ctx, t, pod); out != "seed" {
+		t.Errorf("the pod read %q, want seed", out)
+	}
+	t.Logf("with NATS down, from creating the pod to its end: %v", time.Since(start).Round(10*time.Millisecond))
+}
+
+// scaleNATS sets the replicas of the chart's NATS and waits until that many servers are ready
+// (for 0: until no NATS pod is left).
+func scaleNATS(ctx context.Context, t *testing.T, replicas int32) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	sts := &appsv1.StatefulSet{}
+	key := client.ObjectKey{Namespace: "s3csi", Name: "s3csi-nats"}
+	if err := k8s.Get(ctx, key, sts); err != nil {
+		t.Fatalf("get the NATS StatefulSet: %v", err)
+	}
+	patched := sts.DeepCopy()
+	patched.Spec.Replicas = ptr.To(replicas)
+	if err := k8s.Patch(ctx, patched, client.MergeFrom(sts)); err != nil {
+		t.Fatalf("scale NATS to %d: %v", replicas, err)
+	}
+	eventually(ctx, t, fmt.Sprintf("NATS at %d ready servers", replicas), func() error {
+		var pods corev1.PodList
+		if err := k8s.List(ctx, &pods, client.InNamespace("s3csi"), client.MatchingLabels(sts.Spec.Selector.MatchLabels)); err != nil {
+			return err
+		}
+		ready := 0
+		for _, p := range pods.Items {
+			for _, c := range p.Status.Conditions {
+				if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue && p.DeletionTimestamp == nil {
+					ready++
+				}
+			}
+		}
+		if int32(len(pods.Items)) != replicas || int32(ready) != replicas {
+			return fmt.Errorf("%d pods, %d ready", len(pods.Items), ready)
+		}
+		return nil
+	})
+}
+
+// A Mountpoint Pod deleted under a reader (a drain or an operator, S6): it stays Terminating and
+// keeps serving the reader, a new workload on the volume gets a new Mountpoint Pod, and once the
+// reader is gone the old one exits and goes within seconds.
+func TestADeletedMountpointPodServesItsReaderUntilItLeaves(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	ns := namespace(t, "mp-deleted")
+	pv := staticClaim(ctx, t, ns, "data")
+	reader := busybox(ns, "reader", "while true; do if [ \"$(cat /data/seed.txt)\" = seed ]; then echo read; else echo READ-FAILED; fi; sleep 0.2; done",
+		claimVolume("data", "data"))
+	create(ctx, t, reader)
+	waitRunning(ctx, t, reader)
+	_, mps, err := attachmentsOf(ctx, pv.Name)
+	if err != nil || len(mps) != 1 {
+		t.Fatalf("find the Mountpoint Pod: %d pods, %v", len(mps), err)
+	}
+	old := mps[0]
+	if err := k8s.Delete(ctx, &old); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Second) // the reader reads on through a Terminating Mountpoint Pod
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(&old), &old); err != nil {
+		t.Fatalf("the deleted Mountpoint Pod is gone while its reader runs: %v", err)
+	}
+	if old.DeletionTimestamp == nil {
+		t.Fatal("the deleted Mountpoint Pod is not Terminating")
+	}
+	if out := podLog(ctx, t, reader); strings.Contains(out, "READ-FAILED") || !strings.HasSuffix(out, "read\n") {
+		t.Fatalf("the reader failed while its Mountpoint Pod was Terminating:\n%s", lastLines(out, 5))
+	}
+
+	next := busybox(ns, "next", "cat /data/seed.txt", claimVolume("data", "data"))
+	create(ctx, t, next)
+	if out := waitPodDone(ctx, t, next); out != "seed" {
+		t.Errorf("the next pod read %q, want seed", out)
+	}
+	_, mps, err = attachmentsOf(ctx, pv.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	replaced := false
+	for _, mp := range mps {
+		replaced = replaced || (mp.UID != old.UID && mp.DeletionTimestamp == nil)
+	}
+	if !replaced {
+		t.Fatalf("no new Mountpoint Pod serves the next workload: %d pods", len(mps))
+	}
+	start := time.Now()
+	if err := k8s.Delete(ctx, reader); err != nil {
+		t.Fatal(err)
+	}
+	eventually(ctx, t, "the old Mountpoint Pod gone", func() error {
+		err := k8s.Get(ctx, client.ObjectKeyFromObject(&old), &corev1.Pod{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("still there (%w)", err)
+	})
+	t.Logf("from deleting the reader to the old Mountpoint Pod gone: %v", time.Since(start).Round(10*time.Millisecond))
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
