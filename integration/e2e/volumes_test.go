@@ -138,7 +138,7 @@ func TestAForbiddenMountOptionIsNamedInTheWorkloadsEvents(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	ns := namespace(t, "forbidden")
-	staticClaim(ctx, t, ns, "data", fixture.WithMountOptions("endpoint-url=http://10.0.0.1:9000"))
+	pv := staticClaim(ctx, t, ns, "data", fixture.WithMountOptions("endpoint-url=http://10.0.0.1:9000"))
 	pod := busybox(ns, "w", "cat /data/seed.txt", claimVolume("data", "data"))
 	create(ctx, t, pod)
 	eventually(ctx, t, "a FailedMount event naming endpoint-url", func() error {
@@ -153,6 +153,21 @@ func TestAForbiddenMountOptionIsNamedInTheWorkloadsEvents(t *testing.T) {
 	if pod.Status.Phase != corev1.PodPending {
 		t.Errorf("the workload is %s, want it Pending: its volume must not mount", pod.Status.Phase)
 	}
+
+	// The Mountpoint Pod made for it never got a mount request; it goes with the workload.
+	if err := k8s.Delete(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	eventually(ctx, t, "no Mountpoint Pod or attachment left for the volume", func() error {
+		atts, mps, err := attachmentsOf(ctx, pv.Name)
+		if err != nil {
+			return err
+		}
+		if len(atts)+len(mps) > 0 {
+			return fmt.Errorf("%d attachments and %d Mountpoint Pods remain", len(atts), len(mps))
+		}
+		return nil
+	})
 }
 
 // A pod with two S3 volumes, one of them mounted at two more paths, once with a subPath (S29): every

@@ -111,3 +111,23 @@ func TestMounterRefusesAnInvalidRequestAndKeepsListening(t *testing.T) {
 		t.Fatalf("mount.err: %q, %v", b, err)
 	}
 }
+
+// A Mountpoint Pod whose mount never came (its workloads went first): mount.exit ends the wait
+// for the request, with exit code 0.
+func TestMountExitBeforeAnyRequestEndsTheMounter(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	commDir := t.TempDir()
+	code := startMounter(ctx, t, commDir, fusetest.NewEngine(t.TempDir()))
+	if err := os.WriteFile(filepath.Join(commDir, mppod.MountExitName), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case c := <-code:
+		if c != 0 {
+			t.Fatalf("exit code %d, want 0", c)
+		}
+	case <-ctx.Done():
+		t.Fatal("the mounter still waits for a mount request after mount.exit")
+	}
+}

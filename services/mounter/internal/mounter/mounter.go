@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync/atomic"
+	"time"
 
 	"github.com/go-logr/logr"
 
@@ -55,7 +57,58 @@ func serve(ctx context.Context, commDir string, engine Engine, stopRequested <-c
 	}
 	defer func() { _ = os.Remove(sock) }()
 	logr.FromContextOrDiscard(ctx).Info("Waiting for the mount request", "socket", sock)
-	return Serve(ctx, ln, engine, stopRequested)
+	watched := &takenEngine{Engine: engine}
+	stop := watchExit(ctx, commDir, watched, stopRequested)
+	return Serve(ctx, ln, watched, stop)
+}
+
+// exitPollInterval is how often a mounter waiting for its mount request looks for mount.exit.
+const exitPollInterval = time.Second
+
+// watchExit returns a channel closed when stopRequested closes, or when mount.exit appears before
+// a mount request was taken.
+//
+// Problem: a Mountpoint Pod whose mount never succeeds (a refused mount option, keys S3 refuses)
+// waits for a mount request that never comes; when its workloads go, the node-agent writes
+// mount.exit, but nothing is mounted for it to unmount, so the mounter would wait forever.
+// Solution: until it takes a request, the mounter looks for mount.exit every second and then
+// stops waiting (Run exits 0, and the Mountpoint Pod ends Succeeded and is deleted).
+// Invariant: mount.exit never stops a filesystem that serves: the node-agent writes it before
+// the last bind goes, and the mounter exits only once the source is unmounted.
+func watchExit(ctx context.Context, commDir string, engine *takenEngine, stopRequested <-chan struct{}) <-chan struct{} {
+	stop := make(chan struct{})
+	go func() {
+		ticker := time.NewTicker(exitPollInterval)
+		defer ticker.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-stopRequested:
+				close(stop)
+				return
+			case <-ticker.C:
+				if !engine.taken.Load() && exitRequested(commDir) {
+					logr.FromContextOrDiscard(ctx).Info("The node-agent asked for an exit before any mount request")
+					close(stop)
+					return
+				}
+			}
+		}
+	}()
+	return stop
+}
+
+// takenEngine records that a mount request reached the engine.
+type takenEngine struct {
+	Engine
+	taken atomic.Bool
+}
+
+// Mount implements Engine.
+func (e *takenEngine) Mount(ctx context.Context, fd int, req *handshake.Request) (Mounted, error) {
+	e.taken.Store(true)
+	return e.Engine.Mount(ctx, fd, req)
 }
 
 func exitRequested(commDir string) bool {
