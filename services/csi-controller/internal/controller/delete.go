@@ -25,12 +25,13 @@ const (
 // Problem: a PV may point at a bucket s3csi did not create (a static volume, a volume handle
 // reused by hand, or a bucket someone tagged as s3csi's), and a bucket may still hold data;
 // deleting either loses data, while swallowing errors (as the Scality v2 driver did) leaks
-// buckets silently. A bucket created with a provisioner secret must not be deleted with the
-// driver's credentials because the secret went missing.
+// buckets silently. A bucket must not be deleted with credentials its StorageClass did not name
+// (the driver's because the provisioner secret went missing, or a Secret's for a bucket made with
+// the driver's).
 // Solution: only a bucket whose tags carry a valid ownership proof (see proven) is deleted; a
 // non-empty one only when its StorageClass opted in at creation (the signed tags record it),
-// else FAILED_PRECONDITION tells the operator what to do and the provisioner retries; a bucket
-// created with a provisioner secret is deleted only by a request carrying a secret; credential
+// else FAILED_PRECONDITION tells the operator what to do and the provisioner retries; a bucket is
+// deleted only with the authentication source it was created with (sameCredentials); credential
 // and endpoint errors are returned.
 // Invariant: DeleteVolume succeeds only when the bucket is gone or is not provably s3csi's to
 // delete, and it never empties nor deletes a bucket it cannot prove it created.
@@ -76,12 +77,8 @@ func (c *Controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequ
 		c.notifyDeleted(bucket, ReasonOwnershipNotProven, "unproven")
 		return &csi.DeleteVolumeResponse{}, nil
 	}
-	if have.authSource == volumecontext.AuthenticationSourceSecret && authSource != volumecontext.AuthenticationSourceSecret {
-		return nil, status.Errorf(codes.FailedPrecondition,
-			"volume %q (bucket %q) was created with a provisioner secret and DeleteVolume received none; it is not deleted with the driver's credentials. "+
-				"Give the PersistentVolume %q the annotations volume.kubernetes.io/provisioner-deletion-secret-name and volume.kubernetes.io/provisioner-deletion-secret-namespace "+
-				"naming the Secret its StorageClass named in csi.storage.k8s.io/provisioner-secret-name and -namespace (or restore that StorageClass), and the deletion is retried",
-			have.volumeName, bucket, have.volumeName)
+	if err := sameCredentials(bucket, have, authSource); err != nil {
+		return nil, err
 	}
 	if err := c.makeEmpty(ctx, ops, bucket, have); err != nil {
 		return nil, err
@@ -97,6 +94,36 @@ func (c *Controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequ
 	log.Info("Deleted bucket")
 	c.notifyDeleted(bucket, ReasonDeleted, have.createdAt)
 	return &csi.DeleteVolumeResponse{}, nil
+}
+
+// sameCredentials returns FAILED_PRECONDITION unless DeleteVolume has the kind of credentials
+// the bucket was created with: a provisioner secret for a bucket created with one, the driver's
+// credentials for a bucket created with them.
+//
+// Problem: the secret DeleteVolume receives comes from the PersistentVolume's deletion-secret
+// annotations, which can name another Secret than the StorageClass did, or vanish; deleting a
+// secret's bucket with the driver's (often wider) credentials, or a driver's bucket with some
+// Secret's, acts with credentials the StorageClass never named.
+// Solution: the signed tags record the authentication source; a request with the other one is
+// refused with the annotations to fix. The access key itself is not compared, so rotating the
+// keys of the named Secret or of the driver keeps its buckets deletable; S3 decides whether
+// those keys may delete the bucket.
+// Invariant: a bucket is deleted only with the authentication source it was created with.
+func sameCredentials(bucket string, have ownership, authSource string) error {
+	if have.authSource == authSource {
+		return nil
+	}
+	if have.authSource == volumecontext.AuthenticationSourceSecret {
+		return status.Errorf(codes.FailedPrecondition,
+			"volume %q (bucket %q) was created with a provisioner secret and DeleteVolume received none; it is not deleted with the driver's credentials. "+
+				"Give the PersistentVolume %q the annotations volume.kubernetes.io/provisioner-deletion-secret-name and volume.kubernetes.io/provisioner-deletion-secret-namespace "+
+				"naming the Secret its StorageClass named in csi.storage.k8s.io/provisioner-secret-name and -namespace (or restore that StorageClass), and the deletion is retried",
+			have.volumeName, bucket, have.volumeName)
+	}
+	return status.Errorf(codes.FailedPrecondition,
+		"volume %q (bucket %q) was created with the driver's credentials and DeleteVolume received a provisioner secret; it is not deleted with credentials its StorageClass did not name. "+
+			"Remove the annotations volume.kubernetes.io/provisioner-deletion-secret-name and volume.kubernetes.io/provisioner-deletion-secret-namespace from the PersistentVolume %q, and the deletion is retried",
+		have.volumeName, bucket, have.volumeName)
 }
 
 // readTagsWhat names the failed read of the tags; a refusal of the driver's credentials says

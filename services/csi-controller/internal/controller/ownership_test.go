@@ -179,6 +179,33 @@ func TestDeleteVolumeNeedsTheSecretTheBucketWasCreatedWith(t *testing.T) {
 	}
 }
 
+func TestDeleteVolumeOfADriverCredentialsBucketRefusesASecret(t *testing.T) {
+	e := newEnv(t, nil)
+	resp, err := e.ctrl.CreateVolume(testContext(t), createReq("pvc-driver-only"))
+	if err != nil {
+		t.Fatalf("CreateVolume() = %v", err)
+	}
+	id := resp.GetVolume().GetVolumeId()
+	// Keys that S3 accepts for the bucket, but not the credentials the volume was created with.
+	secrets := map[string]string{"access_key_id": e.s3.AccessKey, "secret_access_key": e.s3.SecretKey}
+	_, err = e.ctrl.DeleteVolume(testContext(t), &csi.DeleteVolumeRequest{VolumeId: id, Secrets: secrets})
+	wantCode(t, err, codes.FailedPrecondition)
+	for _, want := range []string{"driver's credentials", "pvc-driver-only", "volume.kubernetes.io/provisioner-deletion-secret-name"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error = %v, want it to mention %q", err, want)
+		}
+	}
+	if !bucketExists(t, e.s3, id) {
+		t.Fatalf("bucket %s was deleted with a provisioner secret its StorageClass did not name", id)
+	}
+	if _, err := e.ctrl.DeleteVolume(testContext(t), &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {
+		t.Fatalf("DeleteVolume() with the driver's credentials = %v", err)
+	}
+	if bucketExists(t, e.s3, id) {
+		t.Errorf("bucket %s is still there after DeleteVolume with the driver's credentials", id)
+	}
+}
+
 // foreignBucket creates a bucket with the root account, outside the controller, holding one
 // object.
 func foreignBucket(t *testing.T, srv *testenv.S3, name string) string {
