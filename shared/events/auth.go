@@ -23,7 +23,8 @@ type Auth struct {
 	TLSKeyFile  string
 }
 
-// Options returns the nats.go options of a, to pass to Connect.
+// Options returns the nats.go options of a, to pass to Connect. With a User, replies come to
+// the user's own inbox (InboxPrefix), the only one its permissions let it read.
 //
 // Problem: a password read once at start-up goes stale when its Secret is rotated, and a
 // service that keeps it in memory keeps reconnecting with the old one.
@@ -34,7 +35,7 @@ func (a Auth) Options() []nats.Option {
 	var opts []nats.Option
 	if a.User != "" {
 		user, file := a.User, a.PasswordFile
-		opts = append(opts, nats.UserInfoHandler(func() (string, string) {
+		opts = append(opts, nats.CustomInboxPrefix(InboxPrefix(Service(user))), nats.UserInfoHandler(func() (string, string) {
 			if file == "" {
 				return user, ""
 			}

@@ -54,12 +54,13 @@ func TestEnsureStream(t *testing.T) {
 		cfg.MaxAge != 7*24*time.Hour || cfg.Duplicates != 2*time.Minute || cfg.Storage != jetstream.FileStorage {
 		t.Errorf("stream config %+v is not the default", cfg)
 	}
+	// An operator's limits (here the defaults) are kept: EnsureStream never updates a stream.
 	s, err = events.EnsureStream(ctx, b.js, events.StreamConfig{MaxAge: time.Hour, DuplicateWindow: time.Minute})
 	if err != nil {
-		t.Fatalf("update the stream: %v", err)
+		t.Fatalf("ensure the stream with other limits: %v", err)
 	}
-	if cfg := s.CachedInfo().Config; cfg.MaxAge != time.Hour || cfg.Duplicates != time.Minute {
-		t.Errorf("updated stream has max age %s and duplicate window %s", cfg.MaxAge, cfg.Duplicates)
+	if cfg := s.CachedInfo().Config; cfg.MaxAge != 7*24*time.Hour || cfg.Duplicates != 2*time.Minute {
+		t.Errorf("the existing stream's limits changed to max age %s and duplicate window %s", cfg.MaxAge, cfg.Duplicates)
 	}
 	if _, err := events.EnsureStream(ctx, b.js, events.StreamConfig{MaxAge: time.Minute, DuplicateWindow: time.Hour}); err == nil {
 		t.Error("a duplicate window longer than the max age was accepted")

@@ -105,8 +105,9 @@ type Permissions struct {
 // Problem: with an open bus, any client can publish "attachment.assigned" for any node or
 // delete the stream, and every service trusts what it reads.
 // Solution: each service may publish only the event types it produces, call only the
-// JetStream API it uses (stream info/create/update of S3CSI_EVENTS, and its own durable
-// consumer), and subscribe only to replies (_INBOX.>) and the event types it consumes.
+// JetStream API it uses (stream info and create of S3CSI_EVENTS, never update, and its own
+// durable consumer), and subscribe only to the replies in its own inbox (_INBOX.<service>.>,
+// see InboxPrefix) and the event types it consumes.
 // Invariant: the chart's nats.conf is rendered from these lists (AuthorizationConf), and a
 // test compares the two, so they cannot drift.
 func PermissionsOf(s Service) (Permissions, error) {
@@ -123,9 +124,8 @@ func PermissionsOf(s Service) (Permissions, error) {
 		PublishAllow: append(NodeSubjects("", r.produces...),
 			api+"STREAM.INFO."+StreamName,
 			api+"STREAM.CREATE."+StreamName,
-			api+"STREAM.UPDATE."+StreamName,
 		),
-		SubscribeAllow: []string{"_INBOX.>"},
+		SubscribeAllow: []string{InboxPrefix(s) + ".>"},
 	}
 	if len(r.consumes) > 0 {
 		c := StreamName + "." + r.durable
@@ -173,8 +173,9 @@ func readerPermissions(s Service) Permissions {
 	return p
 }
 
-// InboxPrefix is the reply inbox prefix of the user of kubectl s3csi named user: the only
-// inbox its permissions let it subscribe to.
+// InboxPrefix is the reply inbox prefix of user: the only inbox its permissions let it
+// subscribe to, so no user reads the replies (JetStream API answers, pulled events) of another.
+// Auth.Options connects with it.
 func InboxPrefix(user Service) string { return "_INBOX." + string(user) }
 
 // PasswordVariable is the nats.conf variable (resolved by nats-server from its environment)

@@ -76,11 +76,7 @@ func (a *authNATS) connectAs(t *testing.T, s events.Service) *client {
 	}
 	auth := events.Auth{User: string(s), PasswordFile: file}
 	c := &client{errs: make(chan error, 16)}
-	opts := auth.Options()
-	if s == events.UserAudit || s == events.UserReplay {
-		opts = append(opts, nats.CustomInboxPrefix(events.InboxPrefix(s)))
-	}
-	opts = append(opts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+	opts := append(auth.Options(), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 		select {
 		case c.errs <- err:
 		default:
@@ -266,6 +262,19 @@ func TestServicesReadOnlyWhatTheyConsume(t *testing.T) {
 		}
 	})
 
+	for _, svc := range events.Services() {
+		t.Run("the "+string(svc)+" may not change the stream's limits", func(t *testing.T) {
+			c := a.connectAs(t, svc)
+			_, err := c.js.UpdateStream(ctxFor(t, time.Second), jetstream.StreamConfig{
+				Name: events.StreamName, Subjects: []string{events.SubjectPrefix + ".>"}, MaxAge: time.Minute,
+			})
+			if err == nil {
+				t.Fatal("stream updated, want it refused")
+			}
+			c.permissionError(t, "update stream "+events.StreamName)
+		})
+	}
+
 	t.Run("the janitor's consumer is created with the janitor's filters", func(t *testing.T) {
 		j := a.connectAs(t, events.ServiceJanitor)
 		if _, err := j.js.CreateOrUpdateConsumer(ctxFor(t, 5*time.Second), events.StreamName, jetstream.ConsumerConfig{
@@ -311,6 +320,10 @@ func TestServicesReadOnlyWhatTheyConsume(t *testing.T) {
 			service: events.ServiceJanitor, subject: events.TypeAttachmentAssigned.Stem() + ".node-1"},
 		{name: "the pod-reconciler may not subscribe to any event",
 			service: events.ServicePodReconciler, subject: events.SubjectPrefix + ".>"},
+		{name: "a node-agent may not read the replies the pod-reconciler receives",
+			service: events.ServiceNodeAgent, subject: events.InboxPrefix(events.ServicePodReconciler) + ".>"},
+		{name: "the janitor may not read every service's replies",
+			service: events.ServiceJanitor, subject: "_INBOX.>"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := a.connectAs(t, tc.service)

@@ -35,8 +35,8 @@ const (
 	hdrDesc      = "Description"
 )
 
-// ErrNoDirectRead is returned when the stream does not serve direct reads (allow_direct), as a
-// stream created before EnsureStream set it until a service ensures it again.
+// ErrNoDirectRead is returned when the stream does not serve direct reads (allow_direct): a
+// stream EnsureStream did not create, which the services never change.
 var ErrNoDirectRead = errors.New("stream does not allow direct reads (allow_direct)")
 
 // StoredEvent is one message of the stream as ReadStream hands it over.

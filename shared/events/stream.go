@@ -49,10 +49,10 @@ func (c StreamConfig) withDefaults() StreamConfig {
 	return c
 }
 
-// EnsureStream creates the S3CSI_EVENTS stream on s3csi.events.>, or updates it to cfg. It is
-// idempotent, so every service may call it at start-up; the last writer's limits win, so all
-// services should be given the same StreamConfig. Changing Storage of an existing stream is
-// refused by the server.
+// EnsureStream returns the S3CSI_EVENTS stream on s3csi.events.>, creating it with cfg when it
+// is missing. An existing stream keeps its own limits: no service may update the stream
+// (PermissionsOf), so an operator's change of them, or another service's StreamConfig, is
+// never overwritten. It is idempotent, so every service may call it.
 //
 // Retention is by limits (age), not work-queue or interest: every event stays for audit and
 // replay whether or not it was consumed. The server refuses messages larger than an event
@@ -62,7 +62,7 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg StreamConfig)
 	if cfg.MaxAge < 0 || cfg.Replicas < 1 || cfg.Replicas > MaxReplicas || cfg.DuplicateWindow < 0 || cfg.DuplicateWindow > cfg.MaxAge {
 		return nil, fmt.Errorf("ensure stream %s: invalid config %+v", StreamName, cfg)
 	}
-	s, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	s, err := js.CreateStream(ctx, jetstream.StreamConfig{
 		Name:        StreamName,
 		Description: "s3csi events (CloudEvents 1.0 JSON), kept for audit and replay",
 		Subjects:    []string{SubjectPrefix + ".>"},
@@ -81,6 +81,9 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg StreamConfig)
 	if errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeReplicasNotSupported {
 		return nil, fmt.Errorf("ensure stream %s with %d replicas: the NATS server is not clustered; "+
 			"set --nats-stream-replicas=1 or cluster NATS: %w", StreamName, cfg.Replicas, err)
+	}
+	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		s, err = js.Stream(ctx, StreamName) // it exists with other limits: keep them
 	}
 	if err != nil {
 		return nil, fmt.Errorf("ensure stream %s: %w", StreamName, err)

@@ -89,9 +89,6 @@ func Connect(ctx context.Context, opts Options) (*Conn, error) {
 			}
 		}),
 	)
-	if opts.Auth.User != "" {
-		nopts = append(nopts, nats.CustomInboxPrefix(events.InboxPrefix(events.Service(opts.Auth.User))))
-	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("connect to NATS: %w", err)
 	}
@@ -149,8 +146,8 @@ func (c *Conn) Explain(err error) error {
 	case errors.Is(err, jetstream.ErrJetStreamNotEnabled), errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount):
 		return fmt.Errorf("JetStream is not enabled for this user on the NATS at %s: this is not the s3csi NATS, or the user is wrong", c.opts.URL)
 	case errors.Is(err, events.ErrNoDirectRead):
-		return fmt.Errorf("the stream %s does not allow direct reads: restart one s3csi service of this release "+
-			"(it updates the stream at start-up), then try again", events.StreamName)
+		return fmt.Errorf("the stream %s does not allow direct reads: it was not created by this s3csi release, and the services never change an existing stream; "+
+			"enable them as a NATS user allowed to (nats stream edit %s --allow-direct), then try again", events.StreamName, events.StreamName)
 	case errors.Is(err, nats.ErrNoResponders), errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
 		return fmt.Errorf("NATS at %s did not answer (%s): check that JetStream runs there and that the user may use it", c.opts.URL, oneLine(err.Error()))
 	}
