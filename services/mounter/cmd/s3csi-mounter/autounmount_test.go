@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -42,7 +43,12 @@ func TestAutoUnmountAfterTheMounterIsKilled(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = unix.Unmount(dir, unix.MNT_DETACH) })
-			testenv.Eventually(t, 15*time.Second, "the mount", func() bool { return fsType(dir) == unix.FUSE_SUPER_MAGIC })
+			// Kill only once the mounter says it serves: until then go-fuse may hold a file of the
+			// mount open (its poll probe), and a process killed then waits in its own exit for an
+			// answer only it could give, in the kernel, for ever.
+			testenv.Eventually(t, 15*time.Second, "the mount to serve", func() bool {
+				return strings.Contains(output.String(), "Serving bucket") && fsType(dir) == unix.FUSE_SUPER_MAGIC
+			})
 
 			_ = cmd.Process.Kill()
 			_ = cmd.Wait()
