@@ -57,9 +57,13 @@ var generatedPassword = regexp.MustCompile(`(?m)^(  (?:csi-controller|pod-reconc
 // generatedKey matches the data line of the generated ownership key.
 var generatedKey = regexp.MustCompile(`(?m)^(  key: )[A-Za-z0-9+/=]+$`)
 
-// maskGeneratedPasswords replaces the random passwords of the s3csi-nats-auth Secret and the
-// random key of the s3csi-ownership-keys Secret, which differ at every rendering, with a fixed
-// text; no other line can match.
+// generatedCertificate matches a data line of the NATS TLS Secret the chart generates.
+var generatedCertificate = regexp.MustCompile(`(?m)^(  (?:ca\.crt|tls\.crt|tls\.key): )[A-Za-z0-9+/=]+$`)
+
+// maskGeneratedPasswords replaces the random passwords of the s3csi-nats-auth Secret, the
+// random key of the s3csi-ownership-keys Secret and the CA, certificate and key of the
+// s3csi-nats-tls Secret, which differ at every rendering, with a fixed text; no other line can
+// match.
 func maskGeneratedPasswords(manifests []byte) []byte {
 	docs := bytes.Split(manifests, []byte("\n---\n"))
 	for i, d := range docs {
@@ -71,6 +75,8 @@ func maskGeneratedPasswords(manifests []byte) []byte {
 			docs[i] = generatedPassword.ReplaceAll(d, []byte("${1}GENERATED"))
 		case bytes.Contains(d, []byte("\n  name: s3csi-ownership-keys\n")):
 			docs[i] = generatedKey.ReplaceAll(d, []byte("${1}GENERATED"))
+		case bytes.Contains(d, []byte("\n  name: s3csi-nats-tls\n")):
+			docs[i] = generatedCertificate.ReplaceAll(d, []byte("${1}GENERATED"))
 		}
 	}
 	return bytes.Join(docs, []byte("\n---\n"))

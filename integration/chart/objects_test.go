@@ -201,7 +201,7 @@ func TestNATSSettings(t *testing.T) {
 		if r, _, _ := unstructured.NestedFieldNoCopy(sts.Object, "spec", "replicas"); fmt.Sprint(r) != "1" {
 			t.Errorf("NATS replicas = %v, want 1", r)
 		}
-		assertNATSURL(t, objs, "nats://s3csi-nats.s3csi-system.svc:4222")
+		assertNATSURL(t, objs, "tls://s3csi-nats.s3csi-system.svc:4222")
 		assertEnv(t, objs, "NATS_STREAM_REPLICAS", "1")
 	})
 	t.Run("three replicas form a cluster with a route to each server", func(t *testing.T) {

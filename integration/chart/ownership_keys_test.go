@@ -75,7 +75,9 @@ func assertReadsOwnershipKeys(t *testing.T, objs []*unstructured.Unstructured, s
 
 // TestOwnershipKeysSurviveUpgradeAndUninstall installs the chart on a real API server: the
 // generated key, and a key an operator added for a rotation, are kept by helm upgrade, and the
-// Secret outlives helm uninstall so that a reinstalled driver still proves its buckets.
+// Secret outlives helm uninstall so that a reinstalled driver still proves its buckets. The
+// generated NATS CA and certificate are kept by helm upgrade too, so running services keep
+// trusting the servers.
 func TestOwnershipKeysSurviveUpgradeAndUninstall(t *testing.T) {
 	api := testenv.StartAPIServer(t)
 	kubeconfig := api.KubeconfigFile(t)
@@ -89,18 +91,20 @@ func TestOwnershipKeysSurviveUpgradeAndUninstall(t *testing.T) {
 			t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
 	}
-	keys := func() map[string][]byte {
+	secretData := func(name string) map[string][]byte {
 		t.Helper()
 		var s corev1.Secret
-		if err := api.Client.Get(t.Context(), client.ObjectKey{Namespace: releaseNamespace, Name: ownershipKeysSecret}, &s); err != nil {
-			t.Fatalf("get Secret %s: %v", ownershipKeysSecret, err)
+		if err := api.Client.Get(t.Context(), client.ObjectKey{Namespace: releaseNamespace, Name: name}, &s); err != nil {
+			t.Fatalf("get Secret %s: %v", name, err)
 		}
 		return s.Data
 	}
+	keys := func() map[string][]byte { t.Helper(); return secretData(ownershipKeysSecret) }
 	values := filepath.Join(chartDir(t), "ci", "default-values.yaml")
 
 	helm("install", releaseName, chartDir(t), "--create-namespace", "--values", values)
 	first := keys()
+	natsTLS := secretData("s3csi-nats-tls")
 	if len(first["key"]) < 64 {
 		t.Fatalf("installed key is %d bytes", len(first["key"]))
 	}
@@ -118,6 +122,10 @@ func TestOwnershipKeysSurviveUpgradeAndUninstall(t *testing.T) {
 	helm("upgrade", releaseName, chartDir(t), "--values", values)
 	if got := keys(); string(got["key"]) != strings.Repeat("n", 64) || string(got["previous-1"]) != string(first["key"]) {
 		t.Errorf("after helm upgrade the keys are %d, want the rotated key and the previous one kept", len(got))
+	}
+	if got := secretData("s3csi-nats-tls"); len(natsTLS["ca.crt"]) == 0 ||
+		string(got["ca.crt"]) != string(natsTLS["ca.crt"]) || string(got["tls.key"]) != string(natsTLS["tls.key"]) {
+		t.Error("helm upgrade generated a new NATS CA or key: running services would stop trusting the servers")
 	}
 
 	helm("uninstall", releaseName)

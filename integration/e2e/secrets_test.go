@@ -5,6 +5,8 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -113,8 +115,18 @@ func streamPayloads(ctx context.Context, t *testing.T) []byte {
 	if err := k8s.List(ctx, &pods, client.InNamespace("s3csi"), client.MatchingLabels{"app.kubernetes.io/component": "nats"}); err != nil || len(pods.Items) == 0 {
 		t.Fatalf("find the NATS pod: %d pods, %v", len(pods.Items), err)
 	}
-	nc, err := nats.Connect("nats://"+pods.Items[0].Status.PodIP+":4222",
-		nats.UserInfo("audit", string(auth.Data["audit"])), nats.CustomInboxPrefix("_INBOX.audit"), nats.Timeout(10*time.Second))
+	var natsTLS corev1.Secret
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: "s3csi", Name: "s3csi-nats-tls"}, &natsTLS); err != nil {
+		t.Fatalf("read the NATS CA: %v", err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(natsTLS.Data["ca.crt"]) {
+		t.Fatal("the Secret s3csi-nats-tls holds no CA certificate")
+	}
+	// The pod's address, checked against the name the services use.
+	nc, err := nats.Connect("tls://"+pods.Items[0].Status.PodIP+":4222",
+		nats.Secure(&tls.Config{ServerName: "s3csi-nats.s3csi.svc", RootCAs: roots, MinVersion: tls.VersionTLS12}),
+		nats.UserInfo("audit", string(auth.Data["audit"])), nats.CustomInboxPrefix(events.InboxPrefix(events.UserAudit)), nats.Timeout(10*time.Second))
 	if err != nil {
 		t.Fatalf("connect to NATS: %v", err)
 	}

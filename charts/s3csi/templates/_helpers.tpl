@@ -42,8 +42,18 @@ app.kubernetes.io/component: {{ .component }}
 {{- if .Values.nats.external.url -}}
 {{ .Values.nats.external.url }}
 {{- else -}}
-nats://s3csi-nats.{{ .Release.Namespace }}.svc:4222
+{{ ternary "tls" "nats" .Values.nats.tls.enabled }}://s3csi-nats.{{ .Release.Namespace }}.svc:4222
 {{- end -}}
+{{- end }}
+
+{{/* "true" when the bundled NATS serves TLS (empty otherwise). */}}
+{{- define "s3csi.natsBundledTLS" -}}
+{{- if and .Values.nats.tls.enabled (not .Values.nats.external.url) -}}true{{- end -}}
+{{- end }}
+
+{{/* The Secret of the bundled NATS's CA and certificate. */}}
+{{- define "s3csi.natsTLSSecret" -}}
+{{- .Values.nats.tls.existingSecret | default "s3csi-nats-tls" -}}
 {{- end }}
 
 {{/* Flags every service shares: call with (dict "root" $ "values" .Values.node). */}}
@@ -181,6 +191,10 @@ s3csi-nats-auth
 - name: NATS_PASSWORD_FILE
   value: /etc/s3csi/nats/password
 {{- end }}
+{{- if include "s3csi.natsBundledTLS" .root }}
+- name: NATS_TLS_CA_FILE
+  value: /etc/s3csi/nats-tls/ca.crt
+{{- end }}
 {{- with .root.Values.nats.external.tls }}
 {{- if and $.root.Values.nats.external.url .secretName }}
 - name: NATS_TLS_CA_FILE
@@ -202,14 +216,15 @@ s3csi-nats-auth
   mountPath: /etc/s3csi/nats
   readOnly: true
 {{- end }}
-{{- if and .root.Values.nats.external.url .root.Values.nats.external.tls.secretName }}
+{{- if or (and .root.Values.nats.external.url .root.Values.nats.external.tls.secretName) (include "s3csi.natsBundledTLS" .root) }}
 - name: nats-tls
   mountPath: /etc/s3csi/nats-tls
   readOnly: true
 {{- end }}
 {{- end }}
 
-{{/* The service's own password only (one key of the auth Secret), and the TLS files. */}}
+{{/* The service's own password only (one key of the auth Secret), and the TLS files: the
+bundled NATS's CA, or the external NATS's CA and client certificate. */}}
 {{- define "s3csi.natsAuthVolumes" -}}
 {{- if .root.Values.nats.auth.enabled }}
 - name: nats-auth
@@ -219,6 +234,15 @@ s3csi-nats-auth
     items:
       - key: {{ .service }}
         path: password
+{{- end }}
+{{- if include "s3csi.natsBundledTLS" .root }}
+- name: nats-tls
+  secret:
+    secretName: {{ include "s3csi.natsTLSSecret" .root }}
+    defaultMode: 0440
+    items:
+      - key: ca.crt
+        path: ca.crt
 {{- end }}
 {{- with .root.Values.nats.external.tls }}
 {{- if and $.root.Values.nats.external.url .secretName }}

@@ -118,6 +118,9 @@ func (c *Conn) explainConnect(err error) error {
 		strings.Contains(strings.ToLower(msg), "authorization violation"):
 		return fmt.Errorf("NATS at %s refused the connection %s: pass --nats-user audit (or replay) "+
 			"and --nats-password-file with that user's password, the key of that name in the Secret s3csi-nats-auth", c.opts.URL, who)
+	case strings.Contains(msg, "x509:") || strings.Contains(msg, "tls: "):
+		return fmt.Errorf("NATS at %s serves TLS with a certificate this client does not trust (%s): pass --nats-tls-ca-file with the CA, "+
+			"for the chart's NATS the key ca.crt of the Secret s3csi-nats-tls", c.opts.URL, oneLine(msg))
 	case errors.Is(err, nats.ErrNoServers), strings.Contains(msg, "connection refused"),
 		strings.Contains(msg, "i/o timeout"), strings.Contains(msg, "no such host"):
 		return fmt.Errorf("cannot reach NATS at %s (%s): port-forward it first "+

@@ -1,10 +1,20 @@
 package command
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/s3csi/s3csi/shared/events"
 	"github.com/s3csi/s3csi/shared/events/eventspb"
@@ -48,6 +58,12 @@ func TestEventsFailsClearlyWhenNATSIsNotUsable(t *testing.T) {
 	t.Run("the stream is absent, following", func(t *testing.T) {
 		srv := testenv.StartNATS(t)
 		oneLineError(t, run(t, "events", "-f", "--nats-url", srv.URL()), ExitFailure, "does not exist")
+	})
+	t.Run("a NATS that serves TLS with a certificate of an unknown CA", func(t *testing.T) {
+		certFile, keyFile := selfSignedCertificate(t)
+		srv := testenv.StartNATSConf(t, fmt.Sprintf("tls {\n  cert_file: %q\n  key_file: %q\n}\n", certFile, keyFile))
+		oneLineError(t, run(t, "events", "--nats-url", srv.URL()), ExitFailure,
+			"serves TLS with a certificate this client does not trust", "--nats-tls-ca-file", "s3csi-nats-tls")
 	})
 	t.Run("a NATS URL that is not one", func(t *testing.T) {
 		oneLineError(t, run(t, "events", "--nats-url", "http://127.0.0.1:4222"), ExitUsage, "--nats-url")
@@ -143,4 +159,35 @@ func TestEveryCommandHasHelpWithAnExample(t *testing.T) {
 			}
 		})
 	}
+}
+
+// selfSignedCertificate writes a certificate for 127.0.0.1 that no CA signed, and its key.
+func selfSignedCertificate(t *testing.T) (certFile, keyFile string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "nats"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	certFile, keyFile = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile
 }
