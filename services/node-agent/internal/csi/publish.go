@@ -24,6 +24,7 @@ import (
 	"github.com/s3csi/s3csi/services/node-agent/internal/attach"
 	"github.com/s3csi/s3csi/services/node-agent/internal/credentials"
 	"github.com/s3csi/s3csi/services/node-agent/internal/metrics"
+	"github.com/s3csi/s3csi/services/node-agent/internal/podwatch"
 )
 
 // NodePublishVolume implements csi.NodeServer.
@@ -75,6 +76,10 @@ func (s *Server) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	t = time.Now()
 	pod, err := s.pods.WaitRunning(ctx, mp)
 	s.metrics.Phase(metrics.PhaseWaitPod, time.Since(t))
+	if errors.Is(err, podwatch.ErrCannotStart) {
+		return nil, status.Errorf(codes.Unavailable, "%v; fix it (the Mountpoint Pods run the chart's image.repositories.mounter) and the next retry mounts; "+
+			"see kubectl describe pod -n %s %s", err, s.cfg.MountpointNamespace, mp)
+	}
 	if err != nil {
 		return nil, status.Errorf(waitCode(ctx), "Mountpoint Pod %s/%s is not running: %v; see kubectl describe pod -n %s %s",
 			s.cfg.MountpointNamespace, mp, err, s.cfg.MountpointNamespace, mp)

@@ -21,6 +21,29 @@ import (
 // ErrPodFinished is returned when a Mountpoint Pod ended before it ran: it will not serve.
 var ErrPodFinished = errors.New("mountpoint pod has finished")
 
+// ErrCannotStart is returned when kubelet reports that a Mountpoint Pod's container cannot
+// start (its image cannot be had, its configuration is refused): waiting on gains nothing until
+// someone acts, so the caller says why at once.
+var ErrCannotStart = errors.New("mountpoint pod cannot start")
+
+// startFailures are the reasons kubelet gives for a waiting container that will not start
+// without someone acting; ContainerCreating and PodInitializing are not among them.
+var startFailures = map[string]bool{
+	"ErrImagePull": true, "ImagePullBackOff": true, "ErrImageNeverPull": true, "InvalidImageName": true,
+	"CreateContainerConfigError": true, "CreateContainerError": true, "RunContainerError": true,
+}
+
+// cannotStart returns an error wrapping ErrCannotStart, with kubelet's reason and message, when
+// a container of pod waits for a reason in startFailures.
+func cannotStart(pod *corev1.Pod) error {
+	for _, cs := range append(pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses...) {
+		if w := cs.State.Waiting; w != nil && startFailures[w.Reason] {
+			return fmt.Errorf("%w: container %s: %s: %s", ErrCannotStart, cs.Name, w.Reason, w.Message)
+		}
+	}
+	return nil
+}
+
 // Watcher holds this node's Mountpoint Pods and wakes those waiting for one to run.
 type Watcher struct {
 	namespace string
@@ -136,7 +159,9 @@ func (w *Watcher) List(ctx context.Context) ([]corev1.Pod, error) {
 }
 
 // WaitRunning returns the named pod once it is Running, woken by the watch (never a poll).
-// A pod that does not exist yet is waited for; one that ended fails with ErrPodFinished.
+// A pod that does not exist yet is waited for; one that ended fails with ErrPodFinished, one
+// whose container kubelet cannot start with ErrCannotStart. The watch holds only the pods
+// scheduled to this node: one the scheduler has not placed yet is waited for as not there.
 func (w *Watcher) WaitRunning(ctx context.Context, name string) (*corev1.Pod, error) {
 	ch := make(chan struct{}, 1)
 	w.mu.Lock()
@@ -164,11 +189,15 @@ func (w *Watcher) WaitRunning(ctx context.Context, name string) (*corev1.Pod, er
 				return pod, nil
 			case corev1.PodSucceeded, corev1.PodFailed:
 				return nil, fmt.Errorf("mountpoint pod %s/%s is %s: %w", w.namespace, name, pod.Status.Phase, ErrPodFinished)
+			case corev1.PodPending:
+				if err := cannotStart(pod); err != nil {
+					return nil, fmt.Errorf("mountpoint pod %s/%s %w", w.namespace, name, err)
+				}
 			}
 		}
 		select {
 		case <-ctx.Done():
-			phase := "not created yet"
+			phase := "not scheduled to this node yet: if the scheduler cannot place it, the workload's events say why"
 			if pod != nil {
 				phase = string(pod.Status.Phase)
 			}

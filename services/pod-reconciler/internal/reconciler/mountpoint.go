@@ -33,7 +33,13 @@ func (r *mountpointReconciler) Reconcile(ctx context.Context, req reconcile.Requ
 		}
 		return r.replaceIfNeeded(ctx, req.Name, nil, "deleted")
 	}
-	if !isOurMountpointPod(pod, r.cfg.MountpointNamespace) || !podEnded(pod) || pod.DeletionTimestamp != nil {
+	if !isOurMountpointPod(pod, r.cfg.MountpointNamespace) || pod.DeletionTimestamp != nil {
+		return reconcile.Result{}, nil
+	}
+	if why, ok := unschedulable(pod); ok {
+		return reconcile.Result{}, r.reportUnschedulable(ctx, pod, why)
+	}
+	if !podEnded(pod) {
 		return reconcile.Result{}, nil
 	}
 	cause := string(pod.Status.Phase)
@@ -130,4 +136,52 @@ func (r *mountpointReconciler) replace(ctx context.Context, name string, old *co
 	ctrllog.FromContext(ctx).Info("Replaced Mountpoint Pod", "mountpointPod", name, "cause", cause,
 		"workloads", len(workloads), "volume", a.Spec.PersistentVolumeName, "node", a.Spec.NodeName)
 	return reconcile.Result{}, nil
+}
+
+// unschedulable returns the scheduler's message when it could not place pod.
+func unschedulable(pod *corev1.Pod) (string, bool) {
+	if pod.Spec.NodeName != "" || pod.Status.Phase != corev1.PodPending {
+		return "", false
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+			return c.Message, true
+		}
+	}
+	return "", false
+}
+
+// reportUnschedulable tells each workload waiting on a Mountpoint Pod the scheduler cannot
+// place why, with a Warning Event.
+//
+// Problem: the node-agent waits for the Mountpoint Pod through a watch of its own node's pods,
+// which an unplaced pod never enters, so the workload would sit in ContainerCreating until
+// kubelet's mount times out with a message that names no cause (S15).
+// Solution: the pod-reconciler, which sees the pod before it has a node, writes the scheduler's
+// reason and the remedy on every workload of its attachments; the event recorder folds
+// repeats into a count.
+// Invariant: nothing is changed; the mount proceeds by itself once the pod is scheduled.
+func (r *mountpointReconciler) reportUnschedulable(ctx context.Context, pod *corev1.Pod, why string) error {
+	list := &s3csiv2.MountpointS3PodAttachmentList{}
+	if err := r.client.List(ctx, list, client.MatchingFields{indexMountpointPods: pod.Name}); err != nil {
+		return fmt.Errorf("list attachments of Mountpoint Pod %s: %w", pod.Name, err)
+	}
+	for i := range list.Items {
+		a := &list.Items[i]
+		_, workloads, err := r.activeWorkloads(ctx, a.Spec.MountpointS3PodAttachments[pod.Name])
+		if err != nil {
+			return err
+		}
+		for _, w := range workloads {
+			r.recorder.Eventf(w, corev1.EventTypeWarning, "MountpointPodUnschedulable",
+				"Mountpoint Pod %s/%s for volume %s cannot be scheduled on node %s: %s; the volume mounts once it is: free room on the node "+
+					"or lower the Mountpoint Pod's requests (chart mountpointPod.resources, or the volume's mountpointContainerResourcesRequests* attributes); see kubectl describe pod -n %s %s",
+				pod.Namespace, pod.Name, a.Spec.PersistentVolumeName, a.Spec.NodeName, why, pod.Namespace, pod.Name)
+		}
+		if len(workloads) > 0 {
+			ctrllog.FromContext(ctx).Info("Mountpoint Pod cannot be scheduled", "mountpointPod", pod.Name,
+				"node", a.Spec.NodeName, "reason", why, "workloads", len(workloads))
+		}
+	}
+	return nil
 }
