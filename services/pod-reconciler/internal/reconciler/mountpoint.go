@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	s3csiv2 "github.com/s3csi/s3csi/shared/api/v2"
+	"github.com/s3csi/s3csi/shared/mppod"
 	"github.com/s3csi/s3csi/shared/sharingkey"
 )
 
@@ -37,6 +38,13 @@ func (r *mountpointReconciler) Reconcile(ctx context.Context, req reconcile.Requ
 		return reconcile.Result{}, nil
 	}
 	if why, ok := unschedulable(pod); ok {
+		if pod.Annotations[mppod.AnnotationNeedsUnmount] != "" {
+			// Never scheduled, so it never ran nor mounted anything, and nothing will make it
+			// exit: with no workload left it is deleted, not left Pending for ever.
+			ctrllog.FromContext(ctx).Info("Deleting a Mountpoint Pod that was never scheduled and has no workload left",
+				"mountpointPod", pod.Name)
+			return reconcile.Result{}, r.deleteMountpointPod(ctx, pod)
+		}
 		return reconcile.Result{}, r.reportUnschedulable(ctx, pod, why)
 	}
 	if !podEnded(pod) {

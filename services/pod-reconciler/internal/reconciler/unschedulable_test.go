@@ -1,6 +1,7 @@
 package reconciler
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -52,5 +53,19 @@ func TestAnUnschedulableMountpointPodIsReportedOnItsWorkloads(t *testing.T) {
 			return nil
 		}
 		return fmt.Errorf("no MountpointPodUnschedulable event among %d", len(list.Items))
+	})
+
+	// The workload goes: the Mountpoint Pod never ran, so nothing will make it exit; it is
+	// deleted rather than left Pending for ever.
+	h.deletePod(pod)
+	h.eventually("the unscheduled Mountpoint Pod is deleted with its attachment", func() error {
+		if n := len(h.attachments(h.node)); n != 0 {
+			return fmt.Errorf("%d attachments remain", n)
+		}
+		err := h.c.Get(h.ctx, client.ObjectKeyFromObject(mp), &corev1.Pod{})
+		if err == nil {
+			return errors.New("the Mountpoint Pod remains")
+		}
+		return client.IgnoreNotFound(err)
 	})
 }
