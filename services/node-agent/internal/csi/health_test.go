@@ -50,6 +50,49 @@ func TestAKilledMounterIsReportedOnItsWorkloads(t *testing.T) {
 	}
 }
 
+// The node-agent can see a dead connection before kubelet records how the mounter ended: the
+// report waits a moment for that record, so the workload's event names an OOM kill.
+func TestAnOOMKillKubeletRecordsLaterIsNamedInTheReport(t *testing.T) {
+	n := startNode(t, nodeOptions{fallback: 200 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	workload := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "app-", Namespace: "default"},
+		Spec:       corev1.PodSpec{NodeName: n.name, Containers: []corev1.Container{{Name: "app", Image: "app"}}},
+	}
+	if err := apiServer.Client.Create(ctx, workload); err != nil {
+		t.Fatal(err)
+	}
+	pv, uid := "pv-oom", string(workload.UID)
+	mpName := mppod.Name(uid, pv)
+	mp := n.createMountpointPod(mpName)
+	n.assign(pv, "vol", uid, mpName)
+	if _, err := n.client.NodePublishVolume(ctx, publishRequest("vol", n.target(workload.UID, pv), "bucket-b", workload.UID)); err != nil {
+		t.Fatal(err)
+	}
+	mp.kill(t)
+	recorded := make(chan error, 1)
+	go func() {
+		time.Sleep(time.Second) // kubelet's relist, after the connection died
+		pod := mp.pod.DeepCopy()
+		if err := apiServer.Client.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
+			recorded <- err
+			return
+		}
+		pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "mountpoint", RestartCount: 1,
+			LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "OOMKilled", ExitCode: 137}}}}
+		recorded <- apiServer.Client.Status().Update(ctx, pod)
+	}()
+	health.New(n.kubelet.Root, n.name, mppod.DefaultNamespace, time.Hour, apiServer.Client, nil).Check(ctx)
+	if err := <-recorded; err != nil {
+		t.Fatal(err)
+	}
+	got := warnings(ctx, t, workload)
+	if len(got) != 1 || !strings.Contains(got[0].Message, "OOM-killed") {
+		t.Fatalf("warnings on the workload = %v, want one naming the OOM kill", got)
+	}
+}
+
 func warnings(ctx context.Context, t *testing.T, pod *corev1.Pod) []corev1.Event {
 	t.Helper()
 	var list corev1.EventList

@@ -166,7 +166,7 @@ func (m *Monitor) report(ctx context.Context, mp, exceptPodUID string) error {
 		}
 	}
 	msg := fmt.Sprintf("The S3 filesystem served by Mountpoint Pod %s/%s stopped (transport endpoint is not connected)%s; "+
-		"restart this pod to mount the volume again, and see kubectl logs -n %s %s --previous", m.namespace, mp, m.exitCause(ctx, mp), m.namespace, mp)
+		"restart this pod to mount the volume again, and see kubectl logs -n %s %s --previous", m.namespace, mp, m.awaitExitCause(ctx, mp), m.namespace, mp)
 	logr.FromContextOrDiscard(ctx).Info("A Mountpoint Pod's filesystem is dead", "mountpointPod", mp, "workloads", len(uids))
 	var pods corev1.PodList
 	if err := m.api.List(ctx, &pods, client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("spec.nodeName", m.node)}); err != nil {
@@ -188,6 +188,31 @@ func (m *Monitor) report(ctx context.Context, mp, exceptPodUID string) error {
 			MountpointPodName: mp, WorkloadPodUids: affected, Reason: Reason, Message: msg})
 	}
 	return nil
+}
+
+// causeWait bounds how long a report waits for kubelet to record how a mounter ended, and
+// causePoll is the pause between two looks.
+const causeWait, causePoll = 5 * time.Second, 250 * time.Millisecond
+
+// awaitExitCause is exitCause once kubelet has recorded the end, or empty after causeWait.
+//
+// Problem: the node-agent can find a connection dead before kubelet notices its container ended
+// (kubelet relists once a second), and a report without the cause hides an OOM kill.
+// Solution: wait up to causeWait for the pod status to say how the mounter ended.
+// Invariant: the report is written within causeWait of the check, with or without a cause.
+func (m *Monitor) awaitExitCause(ctx context.Context, mp string) string {
+	deadline := time.Now().Add(causeWait)
+	for {
+		cause := m.exitCause(ctx, mp)
+		if cause != "" || !time.Now().Before(deadline) {
+			return cause
+		}
+		select {
+		case <-ctx.Done():
+			return ""
+		case <-time.After(causePoll):
+		}
+	}
 }
 
 // exitCause says how the Mountpoint Pod's mounter ended, when its pod status already tells
