@@ -15,9 +15,13 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/s3csi/s3csi/shared/fixture"
 )
 
 // The mounter of a Mountpoint Pod killed under a reader (S1, S3): the reader gets a Warning Event
@@ -54,6 +58,35 @@ func TestAKilledMounterIsReportedAndTheNextPodMounts(t *testing.T) {
 		t.Errorf("the next pod read %q, want seed", out)
 	}
 	t.Logf("from the kill to the next pod done: %v", time.Since(killed).Round(10*time.Millisecond))
+}
+
+// A mounter OOM-killed under a writer (S5): its Mountpoint Pod's memory limit, a volume
+// attribute, is far below what a large write buffers; the writer gets a Warning Event that
+// names the OOM kill within seconds, and the next pod on the volume mounts and reads.
+func TestAnOOMKilledMounterIsReportedAndTheNextPodMounts(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	ns := namespace(t, "oom")
+	staticClaim(ctx, t, ns, "data", fixture.WithVolumeAttribute("mountpointContainerResourcesLimitsMemory", "48Mi"))
+	writer := busybox(ns, "writer", "dd if=/dev/zero of=/data/big.bin bs=1M count=2048; echo dd-exited-$?; sleep 3600",
+		claimVolume("data", "data"))
+	started := time.Now()
+	create(ctx, t, writer)
+	waitRunning(ctx, t, writer)
+	eventually(ctx, t, "a Warning Event on the writer naming the OOM kill", func() error {
+		if events := podEvents(ctx, writer); !strings.Contains(events, "Warning MountpointConnectionLost") || !strings.Contains(events, "OOM-killed") {
+			return fmt.Errorf("events: %s", events)
+		}
+		return nil
+	})
+	t.Logf("from the writer's creation to its Warning Event: %v; its output: %s", time.Since(started).Round(10*time.Millisecond),
+		strings.TrimSpace(podLog(ctx, t, writer)))
+
+	next := busybox(ns, "next", "cat /data/seed.txt", claimVolume("data", "data"))
+	create(ctx, t, next)
+	if out := waitPodDone(ctx, t, next); out != "seed" {
+		t.Errorf("the next pod read %q, want seed", out)
+	}
 }
 
 // mounterPID finds the s3csi-mounter process of the Mountpoint Pod with the given UID among the
@@ -144,13 +177,30 @@ func scaleNATS(ctx context.Context, t *testing.T, replicas int32) {
 	})
 }
 
-// A Mountpoint Pod deleted under a reader (a drain or an operator, S6): it stays Terminating and
-// keeps serving the reader, a new workload on the volume gets a new Mountpoint Pod, and once the
-// reader is gone the old one exits and goes within seconds.
-func TestADeletedMountpointPodServesItsReaderUntilItLeaves(t *testing.T) {
+// A Mountpoint Pod deleted (an operator) or evicted (a drain, S6) under a reader: it stays
+// Terminating and keeps serving the reader, a new workload on the volume gets a new Mountpoint
+// Pod, and once the reader is gone the old one exits and goes within seconds.
+func TestATerminatedMountpointPodServesItsReaderUntilItLeaves(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		terminate func(context.Context, *corev1.Pod) error
+	}{
+		{"deleted", func(ctx context.Context, mp *corev1.Pod) error { return k8s.Delete(ctx, mp) }},
+		{"evicted", func(ctx context.Context, mp *corev1.Pod) error {
+			// What `kubectl drain` does: the Eviction API, which honours PodDisruptionBudgets.
+			return k8s.SubResource("eviction").Create(ctx, mp, &policyv1.Eviction{
+				ObjectMeta: metav1.ObjectMeta{Name: mp.Name, Namespace: mp.Namespace},
+			})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { servesItsReaderUntilItLeaves(t, tc.name, tc.terminate) })
+	}
+}
+
+func servesItsReaderUntilItLeaves(t *testing.T, how string, terminate func(context.Context, *corev1.Pod) error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	ns := namespace(t, "mp-deleted")
+	ns := namespace(t, "mp-"+how)
 	pv := staticClaim(ctx, t, ns, "data")
 	reader := busybox(ns, "reader", "while true; do if [ \"$(cat /data/seed.txt)\" = seed ]; then echo read; else echo READ-FAILED; fi; sleep 0.2; done",
 		claimVolume("data", "data"))
@@ -161,15 +211,15 @@ func TestADeletedMountpointPodServesItsReaderUntilItLeaves(t *testing.T) {
 		t.Fatalf("find the Mountpoint Pod: %d pods, %v", len(mps), err)
 	}
 	old := mps[0]
-	if err := k8s.Delete(ctx, &old); err != nil {
-		t.Fatal(err)
+	if err := terminate(ctx, &old); err != nil {
+		t.Fatalf("%s: %v", how, err)
 	}
 	time.Sleep(5 * time.Second) // the reader reads on through a Terminating Mountpoint Pod
 	if err := k8s.Get(ctx, client.ObjectKeyFromObject(&old), &old); err != nil {
-		t.Fatalf("the deleted Mountpoint Pod is gone while its reader runs: %v", err)
+		t.Fatalf("the %s Mountpoint Pod is gone while its reader runs: %v", how, err)
 	}
 	if old.DeletionTimestamp == nil {
-		t.Fatal("the deleted Mountpoint Pod is not Terminating")
+		t.Fatalf("the %s Mountpoint Pod is not Terminating", how)
 	}
 	if out := podLog(ctx, t, reader); strings.Contains(out, "READ-FAILED") || !strings.HasSuffix(out, "read\n") {
 		t.Fatalf("the reader failed while its Mountpoint Pod was Terminating:\n%s", lastLines(out, 5))
@@ -208,4 +258,37 @@ func TestADeletedMountpointPodServesItsReaderUntilItLeaves(t *testing.T) {
 func lastLines(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// A Mountpoint Pod the node has no room for (S15): the workload's events say so, with the
+// scheduler's reason, within seconds, instead of a silent ContainerCreating; deleting the
+// workload removes the unplaced Mountpoint Pod and its attachment.
+func TestAnUnschedulableMountpointPodIsNamedInTheWorkloadsEvents(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	ns := namespace(t, "unschedulable")
+	pv := staticClaim(ctx, t, ns, "data", fixture.WithVolumeAttribute("mountpointContainerResourcesRequestsMemory", "1Ti"))
+	pod := busybox(ns, "w", "cat /data/seed.txt", claimVolume("data", "data"))
+	start := time.Now()
+	create(ctx, t, pod)
+	eventually(ctx, t, "a MountpointPodUnschedulable event naming the scheduler's reason", func() error {
+		if events := podEvents(ctx, pod); !strings.Contains(events, "Warning MountpointPodUnschedulable") || !strings.Contains(events, "Insufficient memory") {
+			return fmt.Errorf("events: %s", events)
+		}
+		return nil
+	})
+	t.Logf("the workload's event named the cause %s after the workload was created", time.Since(start).Round(100*time.Millisecond))
+	if err := k8s.Delete(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	eventually(ctx, t, "no Mountpoint Pod or attachment left for the volume", func() error {
+		atts, mps, err := attachmentsOf(ctx, pv.Name)
+		if err != nil {
+			return err
+		}
+		if len(atts)+len(mps) > 0 {
+			return fmt.Errorf("%d attachments and %d Mountpoint Pods remain", len(atts), len(mps))
+		}
+		return nil
+	})
 }
