@@ -187,7 +187,7 @@ func TestATerminatedMountpointPodServesItsReaderUntilItLeaves(t *testing.T) {
 	}{
 		{"deleted", func(ctx context.Context, mp *corev1.Pod) error { return k8s.Delete(ctx, mp) }},
 		{"evicted", func(ctx context.Context, mp *corev1.Pod) error {
-			// What `kubectl drain` does: the Eviction API, which honours PodDisruptionBudgets.
+			// What `kubectl drain` does: the Eviction API, which respects PodDisruptionBudgets.
 			return k8s.SubResource("eviction").Create(ctx, mp, &policyv1.Eviction{
 				ObjectMeta: metav1.ObjectMeta{Name: mp.Name, Namespace: mp.Namespace},
 			})
