@@ -264,7 +264,7 @@ func lastLines(s string, n int) string {
 // scheduler's reason, within seconds, instead of a silent ContainerCreating; deleting the
 // workload removes the unplaced Mountpoint Pod and its attachment.
 func TestAnUnschedulableMountpointPodIsNamedInTheWorkloadsEvents(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	ns := namespace(t, "unschedulable")
 	pv := staticClaim(ctx, t, ns, "data", fixture.WithVolumeAttribute("mountpointContainerResourcesRequestsMemory", "1Ti"))

@@ -3,6 +3,7 @@ package reconciler
 import (
 	"context"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -45,7 +46,13 @@ func (r *mountpointReconciler) Reconcile(ctx context.Context, req reconcile.Requ
 				"mountpointPod", pod.Name)
 			return reconcile.Result{}, r.deleteMountpointPod(ctx, pod)
 		}
-		return reconcile.Result{}, r.reportUnschedulable(ctx, pod, why)
+		reported, err := r.reportUnschedulable(ctx, pod, why)
+		if err != nil || reported {
+			return reconcile.Result{}, err
+		}
+		// Its attachment is written after it, and the scheduler may not update it again for
+		// minutes: look again shortly rather than wait for that.
+		return reconcile.Result{RequeueAfter: unschedulableRecheck}, nil
 	}
 	if !podEnded(pod) {
 		return reconcile.Result{}, nil
@@ -169,16 +176,19 @@ func unschedulable(pod *corev1.Pod) (string, bool) {
 // reason and the remedy on every workload of its attachments; the event recorder folds
 // repeats into a count.
 // Invariant: nothing is changed; the mount proceeds by itself once the pod is scheduled.
-func (r *mountpointReconciler) reportUnschedulable(ctx context.Context, pod *corev1.Pod, why string) error {
+//
+// reported says whether a workload was told; the caller looks again later when none was (the
+// attachment naming the pod may not be in the cache yet).
+func (r *mountpointReconciler) reportUnschedulable(ctx context.Context, pod *corev1.Pod, why string) (reported bool, err error) {
 	list := &s3csiv2.MountpointS3PodAttachmentList{}
 	if err := r.client.List(ctx, list, client.MatchingFields{indexMountpointPods: pod.Name}); err != nil {
-		return fmt.Errorf("list attachments of Mountpoint Pod %s: %w", pod.Name, err)
+		return false, fmt.Errorf("list attachments of Mountpoint Pod %s: %w", pod.Name, err)
 	}
 	for i := range list.Items {
 		a := &list.Items[i]
 		_, workloads, err := r.activeWorkloads(ctx, a.Spec.MountpointS3PodAttachments[pod.Name])
 		if err != nil {
-			return err
+			return false, err
 		}
 		for _, w := range workloads {
 			r.recorder.Eventf(w, corev1.EventTypeWarning, "MountpointPodUnschedulable",
@@ -187,9 +197,14 @@ func (r *mountpointReconciler) reportUnschedulable(ctx context.Context, pod *cor
 				pod.Namespace, pod.Name, a.Spec.PersistentVolumeName, a.Spec.NodeName, why, pod.Namespace, pod.Name)
 		}
 		if len(workloads) > 0 {
+			reported = true
 			ctrllog.FromContext(ctx).Info("Mountpoint Pod cannot be scheduled", "mountpointPod", pod.Name,
 				"node", a.Spec.NodeName, "reason", why, "workloads", len(workloads))
 		}
 	}
-	return nil
+	return reported, nil
 }
+
+// unschedulableRecheck is how soon an unschedulable Mountpoint Pod whose workloads could not be
+// found yet is looked at again.
+const unschedulableRecheck = 2 * time.Second
