@@ -107,8 +107,8 @@ func TestPodsOfOneClaimShareOneMountpointPod(t *testing.T) {
 	for _, pod := range pods {
 		key := pod.Name + ".txt"
 		eventually(ctx, t, "object "+key+" in S3", func() error {
-			if got := object(ctx, t, bucketOf(pv), key); got != pod.Name+"\n" {
-				return fmt.Errorf("%q", got)
+			if got, err := objectE(ctx, bucketOf(pv), key); err != nil || got != pod.Name+"\n" {
+				return fmt.Errorf("%q, %v", got, err)
 			}
 			return nil
 		})

@@ -174,14 +174,23 @@ func boundVolume(ctx context.Context, t *testing.T, pvc *corev1.PersistentVolume
 
 func object(ctx context.Context, t *testing.T, bucket, key string) string {
 	t.Helper()
+	b, err := objectE(ctx, bucket, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// objectE is object returning its error, for a wait on an object that may not be written yet.
+func objectE(ctx context.Context, bucket, key string) (string, error) {
 	out, err := cfg.S3Client().GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
 	if err != nil {
-		t.Fatalf("get object %s/%s: %v", bucket, key, err)
+		return "", fmt.Errorf("get object %s/%s: %w", bucket, key, err)
 	}
 	defer out.Body.Close()
 	b, err := io.ReadAll(out.Body)
 	if err != nil {
-		t.Fatalf("read object %s/%s: %v", bucket, key, err)
+		return "", fmt.Errorf("read object %s/%s: %w", bucket, key, err)
 	}
-	return string(b)
+	return string(b), nil
 }
