@@ -107,8 +107,12 @@ func TestPodsOfOneClaimShareOneMountpointPod(t *testing.T) {
 	for _, pod := range pods {
 		key := pod.Name + ".txt"
 		eventually(ctx, t, "object "+key+" in S3", func() error {
-			if got, err := objectE(ctx, bucketOf(pv), key); err != nil || got != pod.Name+"\n" {
-				return fmt.Errorf("%q, %v", got, err)
+			got, err := objectE(ctx, bucketOf(pv), key)
+			if err != nil {
+				return err
+			}
+			if got != pod.Name+"\n" {
+				return fmt.Errorf("object holds %q", got)
 			}
 			return nil
 		})
