@@ -51,6 +51,13 @@ func TestAKilledMounterIsReportedAndTheNextPodMounts(t *testing.T) {
 		return nil
 	})
 	t.Logf("from the kill to the reader's Warning Event: %v", time.Since(killed).Round(10*time.Millisecond))
+	eventually(ctx, t, "kubelet's VolumeConditionAbnormal on the reader, from NodeGetVolumeStats", func() error {
+		if events := podEvents(ctx, reader); !strings.Contains(events, "Warning VolumeConditionAbnormal") || !strings.Contains(events, mps[0].Name) {
+			return fmt.Errorf("events: %s", events)
+		}
+		return nil
+	})
+	t.Logf("from the kill to kubelet's VolumeConditionAbnormal: %v", time.Since(killed).Round(10*time.Millisecond))
 
 	next := busybox(ns, "next", "cat /data/seed.txt", claimVolume("data", "data"))
 	create(ctx, t, next)
@@ -58,6 +65,65 @@ func TestAKilledMounterIsReportedAndTheNextPodMounts(t *testing.T) {
 		t.Errorf("the next pod read %q, want seed", out)
 	}
 	t.Logf("from the kill to the next pod done: %v", time.Since(killed).Round(10*time.Millisecond))
+}
+
+// A mounter that stops answering (SIGSTOP stands for a deadlock or a starved node) under a
+// reader: the node-agent reports it on the reader within two health periods, kubelet reports the
+// volume's condition from NodeGetVolumeStats, and once the mounter runs again the reader goes on
+// with no error.
+func TestAStoppedMounterIsReportedAndTheReaderGoesOnWhenItResumes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	ns := namespace(t, "stopped")
+	pv := staticClaim(ctx, t, ns, "data")
+	reader := busybox(ns, "reader", "while true; do cat /data/seed.txt >/dev/null 2>&1 && echo READ-OK || echo READ-FAILED; sleep 0.5; done",
+		claimVolume("data", "data"))
+	create(ctx, t, reader)
+	waitRunning(ctx, t, reader)
+	_, mps, err := attachmentsOf(ctx, pv.Name)
+	if err != nil || len(mps) != 1 {
+		t.Fatalf("find the Mountpoint Pod: %d pods, %v", len(mps), err)
+	}
+	pid := mounterPID(t, string(mps[0].UID))
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatalf("stop the mounter (pid %d): %v", pid, err)
+	}
+	resumed := false
+	t.Cleanup(func() {
+		if !resumed {
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+	})
+	stopped := time.Now()
+	eventually(ctx, t, "a MountpointNotResponding Warning on the reader", func() error {
+		if events := podEvents(ctx, reader); !strings.Contains(events, "Warning MountpointNotResponding") || !strings.Contains(events, mps[0].Name) {
+			return fmt.Errorf("events: %s", events)
+		}
+		return nil
+	})
+	t.Logf("from the stop to the node-agent's Warning: %v", time.Since(stopped).Round(10*time.Millisecond))
+	eventually(ctx, t, "kubelet's VolumeConditionAbnormal on the reader", func() error {
+		if events := podEvents(ctx, reader); !strings.Contains(events, "Warning VolumeConditionAbnormal") || !strings.Contains(events, "does not answer") {
+			return fmt.Errorf("events: %s", events)
+		}
+		return nil
+	})
+	t.Logf("from the stop to kubelet's VolumeConditionAbnormal: %v", time.Since(stopped).Round(10*time.Millisecond))
+
+	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+		t.Fatalf("resume the mounter: %v", err)
+	}
+	resumed = true
+	before := strings.Count(podLog(ctx, t, reader), "READ-OK")
+	eventually(ctx, t, "the reader reading again", func() error {
+		if got := strings.Count(podLog(ctx, t, reader), "READ-OK"); got < before+3 {
+			return fmt.Errorf("%d successful reads, want %d", got, before+3)
+		}
+		return nil
+	})
+	if out := podLog(ctx, t, reader); strings.Contains(out, "READ-FAILED") {
+		t.Fatalf("the reader saw an error across the pause:\n%s", out)
+	}
 }
 
 // A mounter OOM-killed under a writer (S5): its Mountpoint Pod's memory limit, a volume

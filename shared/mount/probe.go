@@ -43,25 +43,46 @@ var stuck = struct {
 // Invariant: Stat returns within timeout, and a dead server leaks at most maxStuckProbes
 // goroutines per path beyond the probes in flight.
 func Stat(path string, timeout time.Duration) (unix.Stat_t, error) {
+	return probe(path, timeout, "stat", func() (unix.Stat_t, error) {
+		var st unix.Stat_t
+		err := unix.Stat(path, &st)
+		return st, err
+	})
+}
+
+// Statfs is Stat for statfs(2): the filesystem's usage, bounded by timeout, sharing Stat's
+// account of probes stuck on path.
+func Statfs(path string, timeout time.Duration) (unix.Statfs_t, error) {
+	return probe(path, timeout, "statfs", func() (unix.Statfs_t, error) {
+		var st unix.Statfs_t
+		err := unix.Statfs(path, &st)
+		return st, err
+	})
+}
+
+// probe runs call, a system call through path, in its own goroutine and waits for it at most
+// timeout; see Stat.
+func probe[T any](path string, timeout time.Duration, op string, call func() (T, error)) (T, error) {
+	var zero T
 	path = filepath.Clean(path)
 	stuck.Lock()
 	if stuck.paths[path] >= maxStuckProbes {
 		stuck.Unlock()
-		return unix.Stat_t{}, fmt.Errorf("stat %s: %w (an earlier probe is still waiting for it)", path, ErrNotAnswering)
+		return zero, fmt.Errorf("%s %s: %w (an earlier probe is still waiting for it)", op, path, ErrNotAnswering)
 	}
 	stuck.Unlock()
 
 	type result struct {
-		st  unix.Stat_t
+		v   T
 		err error
 	}
 	done := make(chan result, 1)
-	// finished and abandoned are guarded by stuck's mutex: exactly one of "the stat returned
+	// finished and abandoned are guarded by stuck's mutex: exactly one of "the call returned
 	// in time" and "the caller gave up and counted the probe as stuck" happens first.
 	var finished, abandoned bool
 	go func() {
 		var r result
-		r.err = unix.Stat(path, &r.st)
+		r.v, r.err = call()
 		stuck.Lock()
 		finished = true
 		if abandoned {
@@ -76,18 +97,18 @@ func Stat(path string, timeout time.Duration) (unix.Stat_t, error) {
 	defer timer.Stop()
 	select {
 	case r := <-done:
-		return r.st, r.err
+		return r.v, r.err
 	case <-timer.C:
 		stuck.Lock()
 		if finished {
 			stuck.Unlock()
 			r := <-done
-			return r.st, r.err
+			return r.v, r.err
 		}
 		abandoned = true
 		stuck.paths[path]++
 		stuck.Unlock()
-		return unix.Stat_t{}, fmt.Errorf("stat %s: %w within %s", path, ErrNotAnswering, timeout)
+		return zero, fmt.Errorf("%s %s: %w within %s", op, path, ErrNotAnswering, timeout)
 	}
 }
 

@@ -102,3 +102,25 @@ func TestABlockedProbeIsReleasedWhenTheConnectionEnds(t *testing.T) {
 		t.Fatalf("check after the connection ended = %s, %v; want corrupted", state, err)
 	}
 }
+
+func TestStatfsIsBoundedAndSharesTheAccountOfStuckProbes(t *testing.T) {
+	dir := unansweredFUSE(t)
+	if _, err := Statfs(dir, 100*time.Millisecond); !errors.Is(err, ErrNotAnswering) {
+		t.Fatalf("statfs: %v, want ErrNotAnswering", err)
+	}
+	if !Stuck(dir) {
+		t.Fatal("the timed-out statfs is not counted as stuck")
+	}
+	start := time.Now()
+	if _, err := Stat(dir, time.Second); !errors.Is(err, ErrNotAnswering) {
+		t.Fatalf("stat after a stuck statfs: %v, want ErrNotAnswering", err)
+	}
+	if took := time.Since(start); took > 50*time.Millisecond {
+		t.Fatalf("stat after a stuck statfs took %s, want an answer at once", took)
+	}
+	live := t.TempDir()
+	st, err := Statfs(live, time.Second)
+	if err != nil || st.Blocks == 0 {
+		t.Fatalf("statfs of %s = %+v, %v; want its usage", live, st, err)
+	}
+}

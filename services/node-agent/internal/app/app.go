@@ -127,7 +127,7 @@ func newService(ctx context.Context, opts *options.Options, cfg *rest.Config) (*
 		}
 		sink = s.outbox
 	}
-	s.health = health.New(opts.KubeletDir, opts.NodeName, opts.MountpointNamespace, opts.HealthPeriod, api, sink)
+	s.health = health.New(opts.KubeletDir, opts.NodeName, opts.MountpointNamespace, opts.HealthPeriod, api, sink, m)
 	s.server = csi.NewServer(csi.Config{
 		NodeName: opts.NodeName, DriverVersion: version.Version, KubeletDir: opts.KubeletDir, MounterUID: mppod.MounterUID,
 		MountpointNamespace: opts.MountpointNamespace, DriverCredentials: opts.DriverCredentials,

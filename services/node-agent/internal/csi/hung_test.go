@@ -13,6 +13,7 @@ import (
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -44,6 +45,7 @@ func (mp *mountpointPod) stop(t *testing.T) {
 type servedVolume struct {
 	mpName, target string
 	mp             *mountpointPod
+	uid            types.UID
 }
 
 func publishOnNewMountpointPod(ctx context.Context, t *testing.T, n *node, pv string) servedVolume {
@@ -61,7 +63,7 @@ func publishOnNewMountpointPod(ctx context.Context, t *testing.T, n *node, pv st
 	if _, err := n.client.NodePublishVolume(ctx, publishRequest("vol-"+pv, target, "bucket-"+pv, uid)); err != nil {
 		t.Fatalf("publish %s: %v", pv, err)
 	}
-	return servedVolume{mpName: mpName, target: target, mp: mp}
+	return servedVolume{mpName: mpName, target: target, mp: mp, uid: uid}
 }
 
 // blockedReader starts a process that reads a file through path and blocks there, as a workload
@@ -218,7 +220,7 @@ func TestHealthAndCleanupKeepWorkingWhileOneServerIsStopped(t *testing.T) {
 	healthy := publishOnNewMountpointPod(ctx, t, n, "pv-healthy")
 	gone := publishOnNewMountpointPod(ctx, t, n, "pv-gone")
 	stopped.mp.stop(t)
-	monitor := health.New(n.kubelet.Root, n.name, mppod.DefaultNamespace, time.Hour, apiServer.Client, nil)
+	monitor := health.New(n.kubelet.Root, n.name, mppod.DefaultNamespace, time.Hour, apiServer.Client, nil, nil)
 
 	for _, tc := range []struct {
 		name  string

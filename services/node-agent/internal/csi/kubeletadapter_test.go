@@ -215,6 +215,17 @@ func (a *kubeletAdapter) NodeUnpublishVolume(ctx context.Context, req *csipb.Nod
 	return rsp, nil
 }
 
+// NodeGetVolumeStats translates the volume path as NodeUnpublishVolume does and forwards.
+func (a *kubeletAdapter) NodeGetVolumeStats(ctx context.Context, req *csipb.NodeGetVolumeStatsRequest) (*csipb.NodeGetVolumeStatsResponse, error) {
+	if req.GetVolumeId() == "" || req.GetVolumePath() == "" {
+		return a.n.client.NodeGetVolumeStats(ctx, req)
+	}
+	_, _, target := a.workload(req.GetVolumeId(), req.GetVolumePath())
+	fwd := proto.CloneOf(req)
+	fwd.VolumePath = target
+	return a.n.client.NodeGetVolumeStats(ctx, fwd)
+}
+
 // checkPath is sanity's CheckPath: it looks at the kubelet target that path stands for.
 func (a *kubeletAdapter) checkPath(path string) (sanity.PathKind, error) {
 	a.mu.Lock()
@@ -282,10 +293,6 @@ func (a *kubeletAdapter) NodeStageVolume(ctx context.Context, req *csipb.NodeSta
 
 func (a *kubeletAdapter) NodeUnstageVolume(ctx context.Context, req *csipb.NodeUnstageVolumeRequest) (*csipb.NodeUnstageVolumeResponse, error) {
 	return a.n.client.NodeUnstageVolume(ctx, req)
-}
-
-func (a *kubeletAdapter) NodeGetVolumeStats(ctx context.Context, req *csipb.NodeGetVolumeStatsRequest) (*csipb.NodeGetVolumeStatsResponse, error) {
-	return a.n.client.NodeGetVolumeStats(ctx, req)
 }
 
 func (a *kubeletAdapter) NodeExpandVolume(ctx context.Context, req *csipb.NodeExpandVolumeRequest) (*csipb.NodeExpandVolumeResponse, error) {

@@ -95,8 +95,10 @@ type Server struct {
 	inflight *inflight
 	// compatible spares kubelet's periodic republish an API read (checkRepublish).
 	compatible compatibleTargets
-	mpLocks    *keymutex.Mutex
-	ready      atomic.Bool
+	// stale are the targets whose containers hold a dead mount (NodeGetVolumeStats).
+	stale   staleTargets
+	mpLocks *keymutex.Mutex
+	ready   atomic.Bool
 }
 
 // NewServer returns a Server; mpLocks is shared with the source cleanup so that a cleanup and
@@ -141,13 +143,21 @@ func (s *Server) Probe(context.Context, *csi.ProbeRequest) (*csi.ProbeResponse, 
 }
 
 // NodeGetCapabilities implements csi.NodeServer: VOLUME_MOUNT_GROUP, so kubelet passes the
-// workload's fsGroup instead of changing ownership of every object.
+// workload's fsGroup instead of changing ownership of every object; GET_VOLUME_STATS and
+// VOLUME_CONDITION, so kubelet learns when a volume's filesystem is dead or silent
+// (NodeGetVolumeStats).
 func (s *Server) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {
-	return &csi.NodeGetCapabilitiesResponse{Capabilities: []*csi.NodeServiceCapability{{
-		Type: &csi.NodeServiceCapability_Rpc{Rpc: &csi.NodeServiceCapability_RPC{
-			Type: csi.NodeServiceCapability_RPC_VOLUME_MOUNT_GROUP,
-		}},
-	}}}, nil
+	rsp := &csi.NodeGetCapabilitiesResponse{}
+	for _, c := range []csi.NodeServiceCapability_RPC_Type{
+		csi.NodeServiceCapability_RPC_VOLUME_MOUNT_GROUP,
+		csi.NodeServiceCapability_RPC_GET_VOLUME_STATS,
+		capVolumeCondition,
+	} {
+		rsp.Capabilities = append(rsp.Capabilities, &csi.NodeServiceCapability{
+			Type: &csi.NodeServiceCapability_Rpc{Rpc: &csi.NodeServiceCapability_RPC{Type: c}},
+		})
+	}
+	return rsp, nil
 }
 
 // NodeGetInfo implements csi.NodeServer.

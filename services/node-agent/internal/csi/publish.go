@@ -164,6 +164,7 @@ func (s *Server) republish(ctx context.Context, p *publishRequest) (bool, error)
 	case mount.Corrupted:
 		log.Info("Target is a dead mount; replacing it", "target", p.Target)
 		p.deadTarget = true
+		s.stale.mark(p.Target, staleMessage(s.cfg.MountpointNamespace, s.mountpointPodOf(entry)))
 		if err := mount.Unmount(p.Target); err != nil {
 			return false, status.Errorf(codes.Internal, "remove dead mount at %s: %v", p.Target, err)
 		}

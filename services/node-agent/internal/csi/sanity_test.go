@@ -24,10 +24,10 @@ import (
 )
 
 // allowedSkip matches the only reasons a selected spec may skip itself: an RPC or capability
-// the node service does not advertise (no staging, no volume stats, no expansion, no health,
+// the node service does not advertise (no staging, no expansion, no NodeGetVolumeHealth,
 // no SINGLE_NODE_MULTI_WRITER). Any other skip, e.g. of the idempotency case or of "should
 // remove target path", fails the test.
-var allowedSkip = regexp.MustCompile(`^((NodeStageVolume|NodeUnstageVolume|NodeGetVolume|NodeExpandVolume|NodeGetVolumeHealth|NodeGetStorageHealth) not supported|Service does not have single node multi writer capability)$`)
+var allowedSkip = regexp.MustCompile(`^((NodeStageVolume|NodeUnstageVolume|NodeExpandVolume|NodeGetVolumeHealth|NodeGetStorageHealth) not supported|Service does not have single node multi writer capability)$`)
 
 // TestCSISanity runs csi-sanity's Identity and Node specs, idempotency included, against the
 // node-agent's CSI server mounting real buckets: volumes come from the real s3csi-controller

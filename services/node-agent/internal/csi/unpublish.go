@@ -42,6 +42,7 @@ func (s *Server) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 	defer release()
 	log := logr.FromContextOrDiscard(ctx).WithValues("volume", req.GetVolumeId(), "pod", podUID)
 	s.compatible.forget(target)
+	s.stale.forget(target)
 	if state, _, err := mount.Check(target); err == nil && state == mount.Hung {
 		log.Info("The target's filesystem does not answer; detaching it", "target", target)
 		if err := mount.Detach(target); err != nil {

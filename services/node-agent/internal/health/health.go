@@ -1,6 +1,7 @@
 // Package health watches the node's source mounts and reports a dead FUSE connection (the
-// Mountpoint Pod's filesystem crashed, was OOM-killed or evicted): a mount.failed event, and a
-// Warning Event on every workload pod that uses it, telling the operator what to do.
+// Mountpoint Pod's filesystem crashed, was OOM-killed or evicted) or one that stopped answering
+// (a stopped or stuck server): a mount.failed event, and a Warning Event on every workload pod
+// that uses it, telling the operator what to do. It also keeps the s3csi_node_source_up metric.
 package health
 
 import (
@@ -22,13 +23,18 @@ import (
 	"github.com/s3csi/s3csi/shared/mppod"
 
 	"github.com/s3csi/s3csi/services/node-agent/internal/csi"
+	"github.com/s3csi/s3csi/services/node-agent/internal/metrics"
 )
 
 // DefaultPeriod is how often sources are checked: a dead mount is reported within it.
 const DefaultPeriod = 5 * time.Second
 
-// Reason is the reason of the Warning Events and of the mount.failed events.
-const Reason = "MountpointConnectionLost"
+// Reasons of the Warning Events and of the mount.failed events: the connection is dead, or the
+// server does not answer.
+const (
+	Reason              = "MountpointConnectionLost"
+	ReasonNotResponding = "MountpointNotResponding"
+)
 
 // Monitor is a runnable that checks every source mount each period.
 type Monitor struct {
@@ -36,20 +42,26 @@ type Monitor struct {
 	period                      time.Duration
 	api                         client.Client
 	sink                        csi.EventSink
+	metrics                     *metrics.Metrics
 
 	// mu guards reported: Check and Report (called by NodePublishVolume) both report.
-	mu       sync.Mutex
-	reported map[string]bool
-	// hung are the sources found not answering, logged once per incident.
-	hung map[string]bool
+	mu sync.Mutex
+	// reported holds, per Mountpoint Pod, the reason already reported for its current incident.
+	reported map[string]string
+	// hung counts, per source, the consecutive checks that found it not answering.
+	hung map[string]int
+	// known are the sources of the last check, whose metric series a later check drops once
+	// they are gone. Only Check touches hung and known.
+	known map[string]bool
 }
 
-// New returns a Monitor; api must read the API server directly. sink may be nil.
-func New(kubeletDir, node, namespace string, period time.Duration, api client.Client, sink csi.EventSink) *Monitor {
+// New returns a Monitor; api must read the API server directly. sink and m may be nil.
+func New(kubeletDir, node, namespace string, period time.Duration, api client.Client, sink csi.EventSink, m *metrics.Metrics) *Monitor {
 	if period <= 0 {
 		period = DefaultPeriod
 	}
-	return &Monitor{kubeletDir: kubeletDir, node: node, namespace: namespace, period: period, api: api, sink: sink, reported: map[string]bool{}, hung: map[string]bool{}}
+	return &Monitor{kubeletDir: kubeletDir, node: node, namespace: namespace, period: period, api: api, sink: sink,
+		metrics: m, reported: map[string]string{}, hung: map[string]int{}}
 }
 
 // Start checks every period until ctx ends.
@@ -66,15 +78,17 @@ func (m *Monitor) Start(ctx context.Context) error {
 	}
 }
 
-// Check looks at every source once, reports each newly dead one, and returns the state of
-// each source by Mountpoint Pod name.
+// Check looks at every source once, reports each newly dead one and each one that did not
+// answer two checks in a row, and returns the state of each source by Mountpoint Pod name.
 //
 // Problem: the stat of a source whose FUSE server is stopped never returns; one such source
 // would stop the checks of every other source.
 // Solution: every stat is bounded (mount.Check); a source that does not answer is logged once
 // per incident and the next sources are checked. A probe still blocked from an earlier check
 // makes the next check of that source return at once (mount.Stat), so a stopped server costs
-// one timeout per incident, not one per period.
+// one timeout per incident, not one per period. It is reported on its workloads only when the
+// next check finds it still silent: a server silent for a whole period is stopped or stuck, not
+// slow.
 // Invariant: Check returns within ProbeTimeout per newly stopped server plus the reports.
 func (m *Monitor) Check(ctx context.Context) map[string]mount.State {
 	log := logr.FromContextOrDiscard(ctx)
@@ -92,24 +106,35 @@ func (m *Monitor) Check(ctx context.Context) map[string]mount.State {
 			continue // SourceNames lists valid names only
 		}
 		state, _, err := mount.Check(source)
-		if err == nil {
-			states[name] = state
+		if err != nil {
+			continue
 		}
-		if err == nil && state == mount.Hung {
-			if !m.hung[name] {
+		states[name] = state
+		switch state {
+		case mount.Hung:
+			m.metrics.SourceUp(name, false)
+			if m.hung[name] == 0 {
 				log.Info("A Mountpoint Pod's filesystem does not answer (stopped or stuck)", "mountpointPod", name)
 			}
-			m.hung[name] = true
+			m.hung[name]++
+			if m.hung[name] >= 2 {
+				m.report(ctx, name, "", ReasonNotResponding)
+			}
 			continue
+		case mount.Corrupted:
+			delete(m.hung, name)
+			m.metrics.SourceUp(name, false)
+			m.Report(ctx, name, "")
+			continue
+		case mount.Mounted:
+			m.metrics.SourceUp(name, true)
+		default:
+			m.metrics.ForgetSource(name)
 		}
 		delete(m.hung, name)
-		if err != nil || state != mount.Corrupted {
-			m.mu.Lock()
-			delete(m.reported, name)
-			m.mu.Unlock()
-			continue
-		}
-		m.Report(ctx, name, "")
+		m.mu.Lock()
+		delete(m.reported, name)
+		m.mu.Unlock()
 	}
 	m.mu.Lock()
 	for name := range m.reported {
@@ -123,6 +148,12 @@ func (m *Monitor) Check(ctx context.Context) map[string]mount.State {
 			delete(m.hung, name)
 		}
 	}
+	for name := range m.known {
+		if !seen[name] {
+			m.metrics.ForgetSource(name)
+		}
+	}
+	m.known = seen
 	return states
 }
 
@@ -136,20 +167,25 @@ func (m *Monitor) Check(ctx context.Context) map[string]mount.State {
 // Solution: the publish that finds the source dead calls Report before mounting it again; the
 // workload it publishes for the first time is excepted (it gets the new mount).
 func (m *Monitor) Report(ctx context.Context, mp, exceptPodUID string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.reported[mp] {
-		return
-	}
-	if err := m.report(ctx, mp, exceptPodUID); err != nil {
-		logr.FromContextOrDiscard(ctx).Error(err, "Reporting a dead mount failed; retrying", "mountpointPod", mp)
-		return
-	}
-	m.reported[mp] = true
+	m.report(ctx, mp, exceptPodUID, Reason)
 }
 
-// report publishes mount.failed and a Warning Event on each workload of the Mountpoint Pod.
-func (m *Monitor) report(ctx context.Context, mp, exceptPodUID string) error {
+// report reports reason on mp's workloads unless this incident already was.
+func (m *Monitor) report(ctx context.Context, mp, exceptPodUID, reason string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.reported[mp] == reason {
+		return
+	}
+	if err := m.publish(ctx, mp, exceptPodUID, reason); err != nil {
+		logr.FromContextOrDiscard(ctx).Error(err, "Reporting a broken mount failed; retrying", "mountpointPod", mp, "reason", reason)
+		return
+	}
+	m.reported[mp] = reason
+}
+
+// publish publishes mount.failed and a Warning Event on each workload of the Mountpoint Pod.
+func (m *Monitor) publish(ctx context.Context, mp, exceptPodUID, reason string) error {
 	var s3pas s3csiv2.MountpointS3PodAttachmentList
 	if err := m.api.List(ctx, &s3pas, client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector(s3csiv2.FieldNodeName, m.node)}); err != nil {
 		return fmt.Errorf("list attachments: %w", err)
@@ -165,9 +201,14 @@ func (m *Monitor) report(ctx context.Context, mp, exceptPodUID string) error {
 			volumeID, pvName = a.Spec.VolumeID, a.Spec.PersistentVolumeName
 		}
 	}
-	msg := fmt.Sprintf("The S3 filesystem served by Mountpoint Pod %s/%s stopped (transport endpoint is not connected)%s; "+
-		"restart this pod to mount the volume again, and see kubectl logs -n %s %s --previous", m.namespace, mp, m.awaitExitCause(ctx, mp), m.namespace, mp)
-	logr.FromContextOrDiscard(ctx).Info("A Mountpoint Pod's filesystem is dead", "mountpointPod", mp, "workloads", len(uids))
+	var msg string
+	if reason == ReasonNotResponding {
+		msg = csi.HungMessage(m.namespace, mp)
+		logr.FromContextOrDiscard(ctx).Info("A Mountpoint Pod's filesystem still does not answer", "mountpointPod", mp, "workloads", len(uids))
+	} else {
+		msg = csi.DeadMessage(m.namespace, mp, m.awaitExitCause(ctx, mp))
+		logr.FromContextOrDiscard(ctx).Info("A Mountpoint Pod's filesystem is dead", "mountpointPod", mp, "workloads", len(uids))
+	}
 	var pods corev1.PodList
 	if err := m.api.List(ctx, &pods, client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("spec.nodeName", m.node)}); err != nil {
 		return fmt.Errorf("list pods of node: %w", err)
@@ -179,13 +220,13 @@ func (m *Monitor) report(ctx context.Context, mp, exceptPodUID string) error {
 			continue
 		}
 		affected = append(affected, string(p.UID))
-		if err := m.api.Create(ctx, warning(p, m.node, msg)); err != nil {
+		if err := m.api.Create(ctx, warning(p, m.node, reason, msg)); err != nil {
 			return fmt.Errorf("create event for pod %s/%s: %w", p.Namespace, p.Name, err)
 		}
 	}
 	if m.sink != nil {
 		m.sink.Notify("", &eventspb.MountFailed{Node: m.node, VolumeId: orUnknown(volumeID), PvName: pvName,
-			MountpointPodName: mp, WorkloadPodUids: affected, Reason: Reason, Message: msg})
+			MountpointPodName: mp, WorkloadPodUids: affected, Reason: reason, Message: msg})
 	}
 	return nil
 }
@@ -247,13 +288,13 @@ func (m *Monitor) exitCause(ctx context.Context, mp string) string {
 	return ""
 }
 
-func warning(p *corev1.Pod, node, msg string) *corev1.Event {
+func warning(p *corev1.Pod, node, reason, msg string) *corev1.Event {
 	now := metav1.Now()
 	return &corev1.Event{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: p.Name + ".", Namespace: p.Namespace},
 		InvolvedObject: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: p.Namespace,
 			Name: p.Name, UID: p.UID},
-		Type: corev1.EventTypeWarning, Reason: Reason, Message: msg,
+		Type: corev1.EventTypeWarning, Reason: reason, Message: msg,
 		Source:         corev1.EventSource{Component: "s3csi-node-agent", Host: node},
 		FirstTimestamp: now, LastTimestamp: now, Count: 1,
 	}

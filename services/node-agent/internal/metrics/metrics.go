@@ -1,5 +1,6 @@
 // Package metrics holds the node-agent's Prometheus metrics: publish and unpublish outcomes and
-// latencies split by phase, events received, fallback re-reads and cleanups.
+// latencies split by phase, events received, fallback re-reads, cleanups and the health of each
+// source mount.
 package metrics
 
 import (
@@ -28,6 +29,7 @@ type Metrics struct {
 	events        *prometheus.CounterVec
 	wakeups       *prometheus.CounterVec
 	cleanups      *prometheus.CounterVec
+	sourceUp      *prometheus.GaugeVec
 }
 
 // New creates the collectors and registers them on reg.
@@ -58,8 +60,12 @@ func New(reg prometheus.Registerer) *Metrics {
 			Namespace: namespace, Name: "source_cleanups_total",
 			Help: "Source mount cleanups, by outcome: unmounted, waiting (binds remain), failed.",
 		}, []string{"outcome"}),
+		sourceUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "source_up",
+			Help: "1 when the FUSE filesystem a Mountpoint Pod serves on this node answers, 0 when it is dead or does not answer; one series per source mount.",
+		}, []string{"mountpoint_pod"}),
 	}
-	reg.MustRegister(m.rpcs, m.rpcDuration, m.phaseDuration, m.events, m.wakeups, m.cleanups)
+	reg.MustRegister(m.rpcs, m.rpcDuration, m.phaseDuration, m.events, m.wakeups, m.cleanups, m.sourceUp)
 	return m
 }
 
@@ -106,4 +112,24 @@ func (m *Metrics) Cleanup(outcome string) {
 		return
 	}
 	m.cleanups.WithLabelValues(outcome).Inc()
+}
+
+// SourceUp records whether the source mount of Mountpoint Pod mp answers.
+func (m *Metrics) SourceUp(mp string, up bool) {
+	if m == nil {
+		return
+	}
+	v := 0.0
+	if up {
+		v = 1
+	}
+	m.sourceUp.WithLabelValues(mp).Set(v)
+}
+
+// ForgetSource drops the series of a source mount that is gone.
+func (m *Metrics) ForgetSource(mp string) {
+	if m == nil {
+		return
+	}
+	m.sourceUp.DeleteLabelValues(mp)
 }
