@@ -70,8 +70,8 @@ func (s *Server) NodeGetVolumeStats(_ context.Context, req *csi.NodeGetVolumeSta
 }
 
 // staleTargets remembers the targets whose dead mount a republish replaced: the workload's
-// containers, started before, still hold the dead mount (unless their volumeMount propagates
-// host mounts), so the volume stays abnormal for them until the workload is unpublished.
+// containers, started before, hold a copy of the dead mount itself, which no later mount at the
+// target replaces, so the volume stays abnormal for them until the workload is unpublished.
 type staleTargets struct {
 	mu      sync.Mutex
 	targets map[string]string
@@ -107,7 +107,7 @@ func staleMessage(namespace, mp string) string {
 		what += fmt.Sprintf(" (Mountpoint Pod %s/%s)", namespace, mp)
 	}
 	return what + " stopped and was mounted again, but containers started before still hold the dead mount " +
-		"(transport endpoint is not connected) unless their volumeMount has mountPropagation HostToContainer; restart this pod"
+		"(transport endpoint is not connected); restart this pod"
 }
 
 // abnormal is the answer for a mount whose filesystem is dead or silent.
