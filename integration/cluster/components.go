@@ -114,9 +114,15 @@ func (c Config) startVersitygw() error {
 	if err := os.MkdirAll(c.S3DataDir(), 0o755); err != nil {
 		return fmt.Errorf("create S3 data dir: %w", err)
 	}
-	// The keys travel in the environment: the command line is logged, and shows in ps.
+	if err := os.MkdirAll(c.s3IAMDir(), 0o700); err != nil {
+		return fmt.Errorf("create S3 IAM dir: %w", err)
+	}
+	// The keys travel in the environment: the command line is logged, and shows in ps. The IAM
+	// store holds the users tests add (S3User); without its cache a deleted user's key is refused
+	// at once, as a revoked key is.
 	return c.start(daemon{name: "versitygw", path: gw, args: []string{
-		"--port", fmt.Sprintf("%s:%d", c.NodeIP(), c.S3Port), "--quiet", "posix", c.S3DataDir(),
+		"--port", fmt.Sprintf("%s:%d", c.NodeIP(), c.S3Port), "--quiet",
+		"--iam-dir", c.s3IAMDir(), "--iam-cache-disable", "posix", c.S3DataDir(),
 	}, env: []string{"AWS_CA_BUNDLE=", "ROOT_ACCESS_KEY_ID=" + c.S3AccessKey, "ROOT_SECRET_ACCESS_KEY=" + c.S3SecretKey}})
 }
 

@@ -86,6 +86,9 @@ func (c Config) S3Endpoint() string { return fmt.Sprintf("http://%s:%d", c.NodeI
 // S3DataDir is versitygw's posix backend: a bucket is a directory, an object a file.
 func (c Config) S3DataDir() string { return filepath.Join(c.StateDir, "s3") }
 
+// s3IAMDir holds versitygw's users, beside (not in) the data dir, where it would be a bucket.
+func (c Config) s3IAMDir() string { return filepath.Join(c.StateDir, "s3-iam") }
+
 // ContainerdSocket is the CRI endpoint of the cluster's containerd.
 func (c Config) ContainerdSocket() string {
 	return filepath.Join(c.RunDir, "containerd", "containerd.sock")

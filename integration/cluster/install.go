@@ -139,3 +139,27 @@ func (c Config) MakeBucket(ctx context.Context, name, key, text string) error {
 	}
 	return nil
 }
+
+// AddS3User gives versitygw a user with the given keys and the admin role (every bucket), as an
+// operator issues a new key.
+func (c Config) AddS3User(ctx context.Context, accessKey, secretKey string) error {
+	return c.s3Admin(ctx, "create-user", "--access", accessKey, "--secret", secretKey, "--role", "admin")
+}
+
+// DeleteS3User revokes a user's key.
+func (c Config) DeleteS3User(ctx context.Context, accessKey string) error {
+	return c.s3Admin(ctx, "delete-user", "--access", accessKey)
+}
+
+// s3Admin runs versitygw's admin command against the cluster's server as root. The user's
+// secret key is on the command line of this short-lived child only; root's keys travel in its
+// environment.
+func (c Config) s3Admin(ctx context.Context, args ...string) error {
+	cmd := exec.CommandContext(ctx, filepath.Join(c.RepoRoot, "bin", "versitygw"), append([]string{"admin", "--er", c.S3Endpoint()}, args...)...)
+	cmd.Env = append(os.Environ(), "ADMIN_ACCESS_KEY_ID="+c.S3AccessKey, "ADMIN_SECRET_ACCESS_KEY="+c.S3SecretKey)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("versitygw admin %s: %w: %s", args[0], err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
