@@ -125,6 +125,9 @@ func (r *mountpointReconciler) replace(ctx context.Context, name string, old *co
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	if err := r.ownByNode(ctx, fresh); err != nil {
+		return reconcile.Result{}, err
+	}
 	if old != nil {
 		if err := r.deleteMountpointPod(ctx, old); err != nil {
 			return reconcile.Result{}, err

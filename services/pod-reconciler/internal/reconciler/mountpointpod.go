@@ -145,6 +145,24 @@ func nodeAffinity(node string) *corev1.Affinity {
 	}}
 }
 
+// nodeOf is the node a Mountpoint Pod built by buildMountpointPod is bound to (the inverse of
+// nodeAffinity), "" for any other pod.
+func nodeOf(pod *corev1.Pod) string {
+	a := pod.Spec.Affinity
+	if a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		return ""
+	}
+	terms := a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	if len(terms) != 1 || len(terms[0].MatchFields) != 1 {
+		return ""
+	}
+	f := terms[0].MatchFields[0]
+	if f.Key != metav1.ObjectNameField || f.Operator != corev1.NodeSelectorOpIn || len(f.Values) != 1 {
+		return ""
+	}
+	return f.Values[0]
+}
+
 // mounterResources is base with each value a volume attribute sets replaced.
 func mounterResources(base corev1.ResourceRequirements, attrs map[string]string) (corev1.ResourceRequirements, error) {
 	out := *base.DeepCopy()

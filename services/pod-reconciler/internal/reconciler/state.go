@@ -8,7 +8,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	s3csiv2 "github.com/s3csi/s3csi/shared/api/v2"
@@ -155,6 +157,9 @@ func (s *state) activeWorkloads(ctx context.Context, ws []s3csiv2.WorkloadAttach
 // createMountpointPod creates pod, or reuses the Mountpoint Pod of that name when it exists and
 // accepts workloads. created says whether this call created it.
 func (s *state) createMountpointPod(ctx context.Context, pod *corev1.Pod) (got *corev1.Pod, created bool, err error) {
+	if err := s.ownByNode(ctx, pod); err != nil {
+		return nil, false, err
+	}
 	err = s.client.Create(ctx, pod)
 	if err == nil {
 		s.mpPods.put(pod)
@@ -174,6 +179,38 @@ func (s *state) createMountpointPod(ctx context.Context, pod *corev1.Pod) (got *
 	}
 	s.mpPods.put(existing)
 	return existing, false, nil
+}
+
+// ownByNode makes the Node a Mountpoint Pod is bound to its controller owner, as kubelet does
+// for the mirror pods of static pods.
+//
+// Problem: `kubectl drain` (and every tool built on its library) refuses to evict a pod that
+// declares no controller unless forced, so a drain of a node serving S3 volumes stopped at the
+// first Mountpoint Pod ("cannot delete Pods that declare no controller").
+// Solution: the Node, read from the API server (its UID must be the live one, or the garbage
+// collector would delete the pod at once), is the pod's controller; drain then evicts it through
+// the Eviction API and it serves its workloads through its grace period, and the garbage
+// collector removes it with its Node. A Node that does not exist (a pod bound to a node that
+// is gone) leaves the pod without an owner: it never runs, and the janitor removes it.
+// Invariant: an owner reference names the Node's current UID, never blocks the Node's deletion
+// (no finalizer permission needed), and is the only controller reference of the pod.
+func (s *state) ownByNode(ctx context.Context, pod *corev1.Pod) error {
+	node := nodeOf(pod)
+	if node == "" {
+		return nil
+	}
+	n := &metav1.PartialObjectMetadata{}
+	n.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
+	if err := s.live.Get(ctx, client.ObjectKey{Name: node}, n); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("get Node %s of Mountpoint Pod %s: %w", node, pod.Name, err)
+	}
+	pod.OwnerReferences = []metav1.OwnerReference{{
+		APIVersion: "v1", Kind: "Node", Name: n.Name, UID: n.UID, Controller: ptr.To(true),
+	}}
+	return nil
 }
 
 // deleteMountpointPod deletes the Mountpoint Pod if it is still the object given (UID

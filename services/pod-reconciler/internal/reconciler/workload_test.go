@@ -1,12 +1,14 @@
 package reconciler
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	s3csiv2 "github.com/s3csi/s3csi/shared/api/v2"
@@ -271,4 +273,37 @@ func TestVolumesOfOtherKindsAreIgnored(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// A Mountpoint Pod's controller is the Node it is bound to (as for kubelet's mirror pods), so
+// that `kubectl drain` evicts it instead of refusing a pod that declares no controller; a node
+// that does not exist leaves the pod without an owner, never with a made-up one the garbage
+// collector would act on.
+func TestAMountpointPodIsControlledByItsNode(t *testing.T) {
+	h := newHarness(t)
+	h.start()
+	node := fixture.Node(h.node)
+	h.create(node)
+	t.Cleanup(func() { _ = h.c.Delete(context.Background(), node) })
+	h.volume("data")
+	on := h.workload("on-node", h.node, fixture.WithClaim("vol", "data"))
+	gone := h.workload("gone-node", h.node+"-gone", fixture.WithClaim("vol", "data"))
+	h.assignedTo(h.node, on)
+	h.assignedTo(h.node+"-gone", gone)
+	for _, mp := range h.mountpointPods() {
+		owner := metav1.GetControllerOf(&mp)
+		switch nodeOf(&mp) {
+		case h.node:
+			if owner == nil || owner.Kind != "Node" || owner.APIVersion != "v1" || owner.Name != h.node || owner.UID != node.UID ||
+				(owner.BlockOwnerDeletion != nil && *owner.BlockOwnerDeletion) {
+				t.Errorf("controller of %s = %+v, want Node %s with UID %s, not blocking its deletion", mp.Name, owner, h.node, node.UID)
+			}
+		case h.node + "-gone":
+			if len(mp.OwnerReferences) != 0 {
+				t.Errorf("the Mountpoint Pod of a node that does not exist has owners %+v", mp.OwnerReferences)
+			}
+		default:
+			t.Errorf("Mountpoint Pod %s bound to %q", mp.Name, nodeOf(&mp))
+		}
+	}
 }
