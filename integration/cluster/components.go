@@ -194,3 +194,32 @@ func fileSHA256(path string) (string, error) {
 func syscallKill(pid int) bool {
 	return !errors.Is(syscall.Kill(pid, syscall.SIGKILL), syscall.ESRCH)
 }
+
+// TagImages gives every project image loaded with tag from (docker.io/s3csi/<name>:<from>) the
+// tag to as well, as a registry holds a new release: the chart can then be upgraded to tag to.
+func (c Config) TagImages(ctx context.Context, from, to string) error {
+	ctr, err := exec.LookPath("ctr")
+	if err != nil {
+		return fmt.Errorf("find ctr (Debian package containerd): %w", err)
+	}
+	base := []string{"--address", c.ContainerdSocket(), "-n", "k8s.io", "images"}
+	out, err := exec.CommandContext(ctx, ctr, append(base, "ls", "-q")...).Output()
+	if err != nil {
+		return fmt.Errorf("list images: %w", err)
+	}
+	n := 0
+	for _, ref := range strings.Fields(string(out)) {
+		name, tag, ok := strings.Cut(ref, ":")
+		if !ok || tag != from || !strings.HasPrefix(name, "docker.io/s3csi/") {
+			continue
+		}
+		if err := run(ctr, append(base, "tag", "--force", ref, name+":"+to)...); err != nil {
+			return fmt.Errorf("tag %s as %s: %w", ref, to, err)
+		}
+		n++
+	}
+	if n == 0 {
+		return fmt.Errorf("no image docker.io/s3csi/*:%s is loaded: run `make cluster-up`", from)
+	}
+	return nil
+}

@@ -1,0 +1,123 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	s3csiv2 "github.com/s3csi/s3csi/shared/api/v2"
+)
+
+// nextTag is the image tag and driver version the chart is upgraded to.
+const nextTag = "0.1.0-next"
+
+// The upgrade path (S24): the chart is upgraded to a new image tag and driver version under a
+// reader. Every service rolls to the new images; the reader's mount keeps serving through the
+// node-agent's replacement and never fails; its Mountpoint Pod stays the old version on the same
+// FUSE connection; a new pod on the same volume gets a Mountpoint Pod of the new version (no
+// Mountpoint Pod serves two driver versions). The release is upgraded back afterwards.
+func TestChartUpgradeToANewTagKeepsLiveMountsServing(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	ns := namespace(t, "upgrade")
+	pv := staticClaim(ctx, t, ns, "data")
+	reader := busybox(ns, "reader", "while true; do if [ \"$(cat /data/seed.txt)\" = seed ]; then echo read; else echo READ-FAILED; fi; sleep 0.2; done",
+		claimVolume("data", "data"))
+	create(ctx, t, reader)
+	waitRunning(ctx, t, reader)
+	_, mps, err := attachmentsOf(ctx, pv.Name)
+	if err != nil || len(mps) != 1 {
+		t.Fatalf("find the Mountpoint Pod: %d pods, %v", len(mps), err)
+	}
+	old := mps[0]
+	oldImage := old.Spec.Containers[0].Image
+	from := oldImage[strings.LastIndex(oldImage, ":")+1:]
+	device := sourceDevice(t, old.Name)
+
+	if err := cfg.TagImages(ctx, from, nextTag); err != nil {
+		t.Fatal(err)
+	}
+	logf := func(f string, a ...any) { t.Logf(f, a...) }
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+		defer cancel()
+		if err := cfg.InstallChart(ctx, logf, "--set", "image.tag=", "--set", "driverVersion="); err != nil {
+			t.Errorf("upgrade the release back: %v", err)
+		}
+	})
+	start := time.Now()
+	if err := cfg.InstallChart(ctx, logf, "--set", "image.tag="+nextTag, "--set", "driverVersion="+nextTag); err != nil {
+		t.Fatalf("upgrade the chart to %s: %v", nextTag, err)
+	}
+	t.Logf("helm upgrade --wait to %s took %v", nextTag, time.Since(start).Round(100*time.Millisecond))
+	var running corev1.PodList
+	if err := k8s.List(ctx, &running, client.InNamespace("s3csi")); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range running.Items {
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		for _, c := range p.Spec.Containers {
+			if !strings.HasSuffix(c.Image, ":"+nextTag) {
+				t.Errorf("pod %s container %s runs %s after the upgrade", p.Name, c.Name, c.Image)
+			}
+		}
+	}
+	time.Sleep(3 * time.Second) // the reader reads on through the new node-agent
+	if out := podLog(ctx, t, reader); strings.Contains(out, "READ-FAILED") || !strings.HasSuffix(out, "read\n") {
+		t.Fatalf("the reader failed across the upgrade:\n%s", lastLines(out, 5))
+	}
+	if err := getPod(ctx, &old); err != nil || old.DeletionTimestamp != nil {
+		t.Fatalf("the reader's Mountpoint Pod is gone or going after the upgrade: %v", err)
+	}
+	if got := sourceDevice(t, old.Name); got != device {
+		t.Errorf("the reader's source changed from %s to %s: it was mounted again", device, got)
+	}
+
+	// echo ends the line: kubelet's log shows a line only once it ends.
+	next := busybox(ns, "next", "echo \"$(cat /data/seed.txt)\"; sleep 3600", claimVolume("data", "data"))
+	create(ctx, t, next)
+	waitRunning(ctx, t, next)
+	eventually(ctx, t, "the new pod reading the volume", func() error {
+		if out := podLog(ctx, t, next); out != "seed\n" {
+			return fmt.Errorf("the new pod printed %q, want seed", out)
+		}
+		return nil
+	})
+	atts, mps, err := attachmentsOf(ctx, pv.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var served string
+	for _, a := range atts {
+		for mp, ws := range a.Spec.MountpointS3PodAttachments {
+			for _, w := range ws {
+				if w.WorkloadPodUID == string(next.UID) {
+					served = mp
+				}
+			}
+		}
+	}
+	for _, mp := range mps {
+		if mp.Name != served {
+			continue
+		}
+		if mp.Name == old.Name {
+			t.Fatalf("the new pod shares the Mountpoint Pod of the old version %s", old.Name)
+		}
+		if img := mp.Spec.Containers[0].Image; !strings.HasSuffix(img, ":"+nextTag) || mp.Labels[s3csiv2.LabelDriverVersion] != nextTag {
+			t.Errorf("the new pod's Mountpoint Pod runs %s, version label %q; want %s", img, mp.Labels[s3csiv2.LabelDriverVersion], nextTag)
+		}
+		return
+	}
+	t.Fatalf("no Mountpoint Pod found for the new pod (attachments name %q)", served)
+}
+
