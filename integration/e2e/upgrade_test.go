@@ -120,4 +120,3 @@ func TestChartUpgradeToANewTagKeepsLiveMountsServing(t *testing.T) {
 	}
 	t.Fatalf("no Mountpoint Pod found for the new pod (attachments name %q)", served)
 }
-
