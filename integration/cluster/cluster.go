@@ -330,3 +330,22 @@ func (c Config) kubectlQuiet(ctx context.Context, args ...string) error {
 	}
 	return nil
 }
+
+// RestartAPIServer stops kube-apiserver (SIGTERM, SIGKILL 5 s later: its graceful shutdown can
+// wait far longer for open watches), keeps it down for down, starts it again and waits until it
+// is ready: an API server restarted under the cluster, as a control-plane upgrade or a crash does.
+func (c Config) RestartAPIServer(ctx context.Context, down time.Duration) error {
+	if err := c.stop("kube-apiserver", 5*time.Second); err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(down):
+	}
+	if err := c.startAPIServer(); err != nil {
+		return fmt.Errorf("start kube-apiserver: %w", err)
+	}
+	return c.waitReady(ctx, "kube-apiserver", func(ctx context.Context) error {
+		return httpOK(ctx, fmt.Sprintf("https://127.0.0.1:%d/readyz", c.APIServerPort))
+	})
+}

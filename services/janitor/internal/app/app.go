@@ -20,6 +20,7 @@ import (
 	"github.com/s3csi/s3csi/shared/admin"
 	s3csiv2 "github.com/s3csi/s3csi/shared/api/v2"
 	"github.com/s3csi/s3csi/shared/events"
+	"github.com/s3csi/s3csi/shared/servicecmd"
 
 	"github.com/s3csi/s3csi/services/janitor/internal/cleanup"
 	"github.com/s3csi/s3csi/services/janitor/internal/options"
@@ -102,6 +103,9 @@ func (s *service) build(ctx context.Context, log logr.Logger) (manager.Manager, 
 		return nil, nil, err
 	}
 	cfg.QPS, cfg.Burst = s.opts.KubeAPIQPS, s.opts.KubeAPIBurst
+	if err := servicecmd.WaitForAPIServer(logr.NewContext(ctx, log), cfg, servicecmd.APIServerWait); err != nil {
+		return nil, nil, err
+	}
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return nil, nil, fmt.Errorf("build scheme: %w", err)

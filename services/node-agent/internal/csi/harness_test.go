@@ -180,7 +180,7 @@ func startNode(t testing.TB, o nodeOptions) *node {
 			t.Log("node-agent logs:\n" + n.logs.all())
 		}
 	})
-	pods, err := podwatch.New(apiServer.Config, apiServer.Scheme, mppod.DefaultNamespace, n.name)
+	pods, err := podwatch.New(apiServer.Config, apiServer.Scheme, mppod.DefaultNamespace, n.name, apiServer.Client, o.fallback)
 	if err != nil {
 		t.Fatal(err)
 	}

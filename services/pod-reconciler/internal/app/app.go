@@ -20,6 +20,7 @@ import (
 	"github.com/s3csi/s3csi/shared/admin"
 	s3csiv2 "github.com/s3csi/s3csi/shared/api/v2"
 	"github.com/s3csi/s3csi/shared/events"
+	"github.com/s3csi/s3csi/shared/servicecmd"
 
 	"github.com/s3csi/s3csi/services/pod-reconciler/internal/metrics"
 	"github.com/s3csi/s3csi/services/pod-reconciler/internal/options"
@@ -68,6 +69,9 @@ func newService(ctx context.Context, opts *options.Options) (*service, error) {
 	}
 	cfg, err := restConfig(opts.Kubeconfig)
 	if err != nil {
+		return nil, err
+	}
+	if err := servicecmd.WaitForAPIServer(ctx, cfg, servicecmd.APIServerWait); err != nil {
 		return nil, err
 	}
 	scheme := runtime.NewScheme()
