@@ -188,7 +188,7 @@ func mounterPID(t *testing.T, podUID string) int {
 	return 0
 }
 
-// NATS down for the whole test (S22): a pod still mounts, through the fallback re-reads of the
+// NATS down for the whole test (S20): a pod still mounts, through the fallback re-reads of the
 // API server; the time it took is logged. NATS is brought back at the end.
 func TestMountsWorkWithNATSDown(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
