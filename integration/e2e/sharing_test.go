@@ -9,8 +9,11 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	s3csiv2 "github.com/s3csi/s3csi/shared/api/v2"
@@ -72,21 +75,42 @@ func waitRunning(ctx context.Context, t *testing.T, pods ...*corev1.Pod) {
 	}
 }
 
-// Three pods of one claim on one node share one Mountpoint Pod and one attachment; when the last
-// is deleted, both go (the time it takes is logged).
-func TestPodsOfOneClaimShareOneMountpointPod(t *testing.T) {
+// A Deployment of three replicas on one claim: its pods share one Mountpoint Pod and one
+// attachment, each writes through it, and scaling the Deployment to 0 leaves no Mountpoint Pod
+// and no attachment (logs how long that takes).
+func TestPodsOfADeploymentShareOneMountpointPodUntilScaledToZero(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	ns := namespace(t, "share")
 	pv := staticClaim(ctx, t, ns, "data")
-	var pods []*corev1.Pod
-	for i := range 3 {
-		name := fmt.Sprintf("w%d", i)
-		pod := busybox(ns, name, "echo "+name+" > /data/"+name+".txt && exec sleep 3600", claimVolume("data", "data"))
-		create(ctx, t, pod)
-		pods = append(pods, pod)
+	labels := map[string]string{"app": "writer"}
+	pod := busybox(ns, "writer", "echo $HOSTNAME > /data/$HOSTNAME.txt && exec sleep 3600", claimVolume("data", "data"))
+	pod.Spec.RestartPolicy = corev1.RestartPolicyAlways
+	deploy := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "writer", Namespace: ns},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](3),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: pod.Spec},
+		},
 	}
-	waitRunning(ctx, t, pods...)
+	create(ctx, t, deploy)
+	var pods corev1.PodList
+	eventually(ctx, t, "three Running replicas", func() error {
+		if err := k8s.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels(labels)); err != nil {
+			return err
+		}
+		running := 0
+		for _, p := range pods.Items {
+			if p.Status.Phase == corev1.PodRunning {
+				running++
+			}
+		}
+		if running != 3 {
+			return fmt.Errorf("%d of %d pods Running", running, len(pods.Items))
+		}
+		return nil
+	})
 	eventually(ctx, t, "one attachment naming the three workloads, one Mountpoint Pod", func() error {
 		atts, mps, err := attachmentsOf(ctx, pv.Name)
 		if err != nil {
@@ -104,14 +128,14 @@ func TestPodsOfOneClaimShareOneMountpointPod(t *testing.T) {
 		}
 		return nil
 	})
-	for _, pod := range pods {
-		key := pod.Name + ".txt"
+	for _, p := range pods.Items {
+		key := p.Name + ".txt"
 		eventually(ctx, t, "object "+key+" in S3", func() error {
 			got, err := objectE(ctx, bucketOf(pv), key)
 			if err != nil {
 				return err
 			}
-			if got != pod.Name+"\n" {
+			if got != p.Name+"\n" {
 				return fmt.Errorf("object holds %q", got)
 			}
 			return nil
@@ -119,10 +143,8 @@ func TestPodsOfOneClaimShareOneMountpointPod(t *testing.T) {
 	}
 
 	start := time.Now()
-	for _, pod := range pods {
-		if err := k8s.Delete(ctx, pod); err != nil && !apierrors.IsNotFound(err) {
-			t.Fatal(err)
-		}
+	if err := k8s.Patch(ctx, deploy, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"replicas":0}}`))); err != nil {
+		t.Fatal(err)
 	}
 	eventually(ctx, t, "no attachment or Mountpoint Pod left", func() error {
 		atts, mps, err := attachmentsOf(ctx, pv.Name)
@@ -134,7 +156,7 @@ func TestPodsOfOneClaimShareOneMountpointPod(t *testing.T) {
 		}
 		return nil
 	})
-	t.Logf("from deleting the last workloads to no Mountpoint Pod and no attachment: %v", time.Since(start).Round(10*time.Millisecond))
+	t.Logf("from scaling the Deployment to 0 to no Mountpoint Pod and no attachment: %v", time.Since(start).Round(10*time.Millisecond))
 }
 
 // A node-agent restarted under live mounts (S4): the workload keeps reading through its mount,
