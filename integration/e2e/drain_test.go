@@ -54,10 +54,7 @@ while true; do sleep 1; done`, termWrites)
 		_, err := objectE(ctx, bucketOf(pv), first.Name+"-start.txt")
 		return err
 	})
-	_, mps, err := attachmentsOf(ctx, pv.Name)
-	if err != nil || len(mps) != 1 {
-		t.Fatalf("find the Mountpoint Pod: %d pods, %v", len(mps), err)
-	}
+	mp := onlyMountpointPod(ctx, t, pv.Name)
 
 	t.Cleanup(func() {
 		var out bytes.Buffer
@@ -72,8 +69,8 @@ while true; do sleep 1; done`, termWrites)
 		t.Fatalf("kubectl drain: %v:\n%s", err, out.String())
 	}
 	t.Logf("kubectl drain took %v:\n%s", time.Since(start).Round(10*time.Millisecond), out.String())
-	if !strings.Contains(out.String(), "evicting pod "+mountpointNamespace+"/"+mps[0].Name) {
-		t.Errorf("the drain did not evict the Mountpoint Pod %s", mps[0].Name)
+	if !strings.Contains(out.String(), "evicting pod "+mountpointNamespace+"/"+mp.Name) {
+		t.Errorf("the drain did not evict the Mountpoint Pod %s", mp.Name)
 	}
 
 	if got, err := objectE(ctx, bucketOf(pv), first.Name+"-done.txt"); err != nil || got != "failures=0\n" {
@@ -84,8 +81,8 @@ while true; do sleep 1; done`, termWrites)
 			t.Errorf("file %d written after SIGTERM: %q, %v", i, got, err)
 		}
 	}
-	if err := getPod(ctx, &mps[0]); err == nil {
-		t.Errorf("the Mountpoint Pod %s is still there after the drain (phase %s)", mps[0].Name, mps[0].Status.Phase)
+	if err := getPod(ctx, &mp); err == nil {
+		t.Errorf("the Mountpoint Pod %s is still there after the drain (phase %s)", mp.Name, mp.Status.Phase)
 	}
 
 	out.Reset()

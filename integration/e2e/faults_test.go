@@ -35,11 +35,8 @@ func TestAKilledMounterIsReportedAndTheNextPodMounts(t *testing.T) {
 		claimVolume("data", "data"))
 	create(ctx, t, reader)
 	waitRunning(ctx, t, reader)
-	_, mps, err := attachmentsOf(ctx, pv.Name)
-	if err != nil || len(mps) != 1 {
-		t.Fatalf("find the Mountpoint Pod: %d pods, %v", len(mps), err)
-	}
-	pid := mounterPID(t, string(mps[0].UID))
+	mp := onlyMountpointPod(ctx, t, pv.Name)
+	pid := mounterPID(t, string(mp.UID))
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatalf("kill the mounter (pid %d): %v", pid, err)
 	}
@@ -52,7 +49,7 @@ func TestAKilledMounterIsReportedAndTheNextPodMounts(t *testing.T) {
 	})
 	t.Logf("from the kill to the reader's Warning Event: %v", time.Since(killed).Round(10*time.Millisecond))
 	eventually(ctx, t, "kubelet's VolumeConditionAbnormal on the reader, from NodeGetVolumeStats", func() error {
-		if events := podEvents(ctx, reader); !strings.Contains(events, "Warning VolumeConditionAbnormal") || !strings.Contains(events, mps[0].Name) {
+		if events := podEvents(ctx, reader); !strings.Contains(events, "Warning VolumeConditionAbnormal") || !strings.Contains(events, mp.Name) {
 			return fmt.Errorf("events: %s", events)
 		}
 		return nil
@@ -80,11 +77,8 @@ func TestAStoppedMounterIsReportedAndTheReaderGoesOnWhenItResumes(t *testing.T) 
 		claimVolume("data", "data"))
 	create(ctx, t, reader)
 	waitRunning(ctx, t, reader)
-	_, mps, err := attachmentsOf(ctx, pv.Name)
-	if err != nil || len(mps) != 1 {
-		t.Fatalf("find the Mountpoint Pod: %d pods, %v", len(mps), err)
-	}
-	pid := mounterPID(t, string(mps[0].UID))
+	mp := onlyMountpointPod(ctx, t, pv.Name)
+	pid := mounterPID(t, string(mp.UID))
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatalf("stop the mounter (pid %d): %v", pid, err)
 	}
@@ -96,7 +90,7 @@ func TestAStoppedMounterIsReportedAndTheReaderGoesOnWhenItResumes(t *testing.T) 
 	})
 	stopped := time.Now()
 	eventually(ctx, t, "a MountpointNotResponding Warning on the reader", func() error {
-		if events := podEvents(ctx, reader); !strings.Contains(events, "Warning MountpointNotResponding") || !strings.Contains(events, mps[0].Name) {
+		if events := podEvents(ctx, reader); !strings.Contains(events, "Warning MountpointNotResponding") || !strings.Contains(events, mp.Name) {
 			return fmt.Errorf("events: %s", events)
 		}
 		return nil
@@ -272,11 +266,7 @@ func servesItsReaderUntilItLeaves(t *testing.T, how string, terminate func(conte
 		claimVolume("data", "data"))
 	create(ctx, t, reader)
 	waitRunning(ctx, t, reader)
-	_, mps, err := attachmentsOf(ctx, pv.Name)
-	if err != nil || len(mps) != 1 {
-		t.Fatalf("find the Mountpoint Pod: %d pods, %v", len(mps), err)
-	}
-	old := mps[0]
+	old := onlyMountpointPod(ctx, t, pv.Name)
 	if err := terminate(ctx, &old); err != nil {
 		t.Fatalf("%s: %v", how, err)
 	}
@@ -296,7 +286,7 @@ func servesItsReaderUntilItLeaves(t *testing.T, how string, terminate func(conte
 	if out := waitPodDone(ctx, t, next); out != "seed" {
 		t.Errorf("the next pod read %q, want seed", out)
 	}
-	_, mps, err = attachmentsOf(ctx, pv.Name)
+	_, mps, err := attachmentsOf(ctx, pv.Name)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -57,11 +57,7 @@ while true; do
 done`, claimVolume("data", "data"))
 	create(ctx, t, worker)
 	waitRunning(ctx, t, worker)
-	_, mps, err := attachmentsOf(ctx, pv.Name)
-	if err != nil || len(mps) != 1 {
-		t.Fatalf("find the Mountpoint Pod: %d pods, %v", len(mps), err)
-	}
-	mp := mps[0]
+	mp := onlyMountpointPod(ctx, t, pv.Name)
 	device := sourceDevice(t, mp.Name)
 	keysFile := filepath.Join(cfg.KubeletDir, "pods", string(mp.UID), "volumes", "kubernetes.io~empty-dir",
 		mppod.CommVolumeName, mppod.CredentialsName, "s3csi-credentials")

@@ -40,6 +40,17 @@ func staticClaim(ctx context.Context, t *testing.T, ns, claim string, mods ...fi
 // bucketOf is the bucket of a static volume.
 func bucketOf(pv *corev1.PersistentVolume) string { return pv.Spec.CSI.VolumeHandle }
 
+// onlyMountpointPod is the one Mountpoint Pod serving volume pv; the test fails unless there is
+// exactly one.
+func onlyMountpointPod(ctx context.Context, t *testing.T, pv string) corev1.Pod {
+	t.Helper()
+	_, mps, err := attachmentsOf(ctx, pv)
+	if err != nil || len(mps) != 1 {
+		t.Fatalf("find the Mountpoint Pod: %d pods, %v", len(mps), err)
+	}
+	return mps[0]
+}
+
 // attachmentsOf lists the attachments of a volume and the Mountpoint Pods serving it.
 func attachmentsOf(ctx context.Context, pv string) ([]s3csiv2.MountpointS3PodAttachment, []corev1.Pod, error) {
 	var atts s3csiv2.MountpointS3PodAttachmentList

@@ -32,11 +32,7 @@ func TestChartUpgradeToANewTagKeepsLiveMountsServing(t *testing.T) {
 		claimVolume("data", "data"))
 	create(ctx, t, reader)
 	waitRunning(ctx, t, reader)
-	_, mps, err := attachmentsOf(ctx, pv.Name)
-	if err != nil || len(mps) != 1 {
-		t.Fatalf("find the Mountpoint Pod: %d pods, %v", len(mps), err)
-	}
-	old := mps[0]
+	old := onlyMountpointPod(ctx, t, pv.Name)
 	oldImage := old.Spec.Containers[0].Image
 	from := oldImage[strings.LastIndex(oldImage, ":")+1:]
 	device := sourceDevice(t, old.Name)

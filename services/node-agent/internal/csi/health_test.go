@@ -28,13 +28,7 @@ func TestAKilledMounterIsReportedOnItsWorkloads(t *testing.T) {
 	n := startNode(t, nodeOptions{fallback: 200 * time.Millisecond})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	workload := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: "app-", Namespace: "default"},
-		Spec:       corev1.PodSpec{NodeName: n.name, Containers: []corev1.Container{{Name: "app", Image: "app"}}},
-	}
-	if err := apiServer.Client.Create(ctx, workload); err != nil {
-		t.Fatal(err)
-	}
+	workload := createWorkload(ctx, t, n)
 	pv, uid := "pv-health", string(workload.UID)
 	mpName := mppod.Name(uid, pv)
 	mp := n.createMountpointPod(mpName)
@@ -63,13 +57,7 @@ func TestAnOOMKillKubeletRecordsLaterIsNamedInTheReport(t *testing.T) {
 	n := startNode(t, nodeOptions{fallback: 200 * time.Millisecond})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	workload := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: "app-", Namespace: "default"},
-		Spec:       corev1.PodSpec{NodeName: n.name, Containers: []corev1.Container{{Name: "app", Image: "app"}}},
-	}
-	if err := apiServer.Client.Create(ctx, workload); err != nil {
-		t.Fatal(err)
-	}
+	workload := createWorkload(ctx, t, n)
 	pv, uid := "pv-oom", string(workload.UID)
 	mpName := mppod.Name(uid, pv)
 	mp := n.createMountpointPod(mpName)
@@ -98,6 +86,19 @@ func TestAnOOMKillKubeletRecordsLaterIsNamedInTheReport(t *testing.T) {
 	if len(got) != 1 || !strings.Contains(got[0].Message, "OOM-killed") {
 		t.Fatalf("warnings on the workload = %v, want one naming the OOM kill", got)
 	}
+}
+
+// createWorkload creates a workload pod on n's node in the API server, for the reports to name.
+func createWorkload(ctx context.Context, t *testing.T, n *node) *corev1.Pod {
+	t.Helper()
+	workload := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "app-", Namespace: "default"},
+		Spec:       corev1.PodSpec{NodeName: n.name, Containers: []corev1.Container{{Name: "app", Image: "app"}}},
+	}
+	if err := apiServer.Client.Create(ctx, workload); err != nil {
+		t.Fatal(err)
+	}
+	return workload
 }
 
 func warnings(ctx context.Context, t *testing.T, pod *corev1.Pod) []corev1.Event {
@@ -131,13 +132,7 @@ func TestADeadSourceMountedAgainByAPublishIsReported(t *testing.T) {
 	}})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	workload := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: "app-", Namespace: "default"},
-		Spec:       corev1.PodSpec{NodeName: n.name, Containers: []corev1.Container{{Name: "app", Image: "app"}}},
-	}
-	if err := apiServer.Client.Create(ctx, workload); err != nil {
-		t.Fatal(err)
-	}
+	workload := createWorkload(ctx, t, n)
 	monitor = health.New(n.kubelet.Root, n.name, mppod.DefaultNamespace, time.Hour, apiServer.Client, nil, nil)
 	pv, uid := "pv-healed", string(workload.UID)
 	mpName := mppod.Name(uid, pv)
@@ -172,13 +167,7 @@ func TestAStoppedServerIsReportedWhenItStaysSilentAndTheMetricFollows(t *testing
 	n := startNode(t, nodeOptions{fallback: 200 * time.Millisecond})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	workload := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: "app-", Namespace: "default"},
-		Spec:       corev1.PodSpec{NodeName: n.name, Containers: []corev1.Container{{Name: "app", Image: "app"}}},
-	}
-	if err := apiServer.Client.Create(ctx, workload); err != nil {
-		t.Fatal(err)
-	}
+	workload := createWorkload(ctx, t, n)
 	pv, uid := "pv-silent", string(workload.UID)
 	mpName := mppod.Name(uid, pv)
 	mp := n.createMountpointPod(mpName)
