@@ -70,7 +70,7 @@ func TestCreateVolumeRetriedAfterASlowCreateBucketReturnsTheSameBucket(t *testin
 	req := createReq("pvc-slow-create")
 
 	// The provisioner's first call times out while S3 creates the bucket.
-	p.delayCreate = 2 * time.Second
+	p.delayCreate.Store(int64(2 * time.Second))
 	ctx, cancel := context.WithTimeout(testContext(t), 300*time.Millisecond)
 	_, err := e.ctrl.CreateVolume(ctx, req)
 	cancel()
@@ -79,7 +79,7 @@ func TestCreateVolumeRetriedAfterASlowCreateBucketReturnsTheSameBucket(t *testin
 		t.Fatalf("after the timed-out call, buckets = %v, want the one S3 created", got)
 	}
 
-	p.delayCreate = 0
+	p.delayCreate.Store(0)
 	resp, err := e.ctrl.CreateVolume(testContext(t), req)
 	if err != nil {
 		t.Fatalf("retried CreateVolume() = %v", err)

@@ -20,6 +20,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -202,7 +203,8 @@ type proxy struct {
 	URL string
 	// delayCreate, when set, is how long the response to a CreateBucket waits after the
 	// server handled it: the bucket exists, but a client with a shorter deadline never learns it.
-	delayCreate time.Duration
+	// Atomic: the handler of a request the client gave up on may still read it.
+	delayCreate atomic.Int64
 }
 
 func startProxy(t *testing.T, target string, tlsConfig *tls.Config) *proxy {
@@ -218,11 +220,12 @@ func startProxy(t *testing.T, target string, tlsConfig *tls.Config) *proxy {
 	}}
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		isCreate := r.Method == http.MethodPut && r.URL.RawQuery == "" && strings.Count(strings.Trim(r.URL.Path, "/"), "/") == 0
-		if isCreate && p.delayCreate > 0 {
+		delay := time.Duration(p.delayCreate.Load())
+		if isCreate && delay > 0 {
 			rec := httptest.NewRecorder()
 			rp.ServeHTTP(rec, r)
 			select {
-			case <-time.After(p.delayCreate):
+			case <-time.After(delay):
 			case <-r.Context().Done():
 				return
 			}
