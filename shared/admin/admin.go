@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
 // Paths served by Server.
@@ -70,7 +71,8 @@ type Server struct {
 }
 
 // New returns a Server that will listen on addr (host:port; port 0 picks a free port, see Addr)
-// and expose the metrics gathered by reg. checks are liveness checks served on /healthz.
+// and expose the metrics gathered by reg, with controller-runtime's registry beside them (the
+// Kubernetes client's request counts). checks are liveness checks served on /healthz.
 //
 // It panics when a check has no name or no function: that is a programming error, caught at
 // startup rather than on the first probe.
@@ -81,7 +83,10 @@ func New(addr string, reg prometheus.Gatherer, checks ...Check) *Server {
 	mux := http.NewServeMux()
 	mux.HandleFunc(HealthzPath, s.serveChecks(func() []Check { return s.checks(false) }))
 	mux.HandleFunc(ReadyzPath, s.serveChecks(func() []Check { return s.checks(true) }))
-	mux.Handle(MetricsPath, promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+	// controller-runtime's registry holds the Kubernetes client's request counts
+	// (rest_client_requests_total, every client in the process) and, where a manager runs, its
+	// workqueue, reconcile and leader-election metrics.
+	mux.Handle(MetricsPath, promhttp.HandlerFor(prometheus.Gatherers{reg, ctrlmetrics.Registry}, promhttp.HandlerOpts{
 		// A collector that fails should cost one series, not the whole scrape.
 		ErrorHandling: promhttp.ContinueOnError,
 	}))

@@ -3,14 +3,18 @@ package admin
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/rest"
 )
 
 func TestMain(m *testing.M) {
@@ -166,6 +170,32 @@ func TestMetricsServesRegisteredCollectors(t *testing.T) {
 		if !strings.Contains(body, want) {
 			t.Errorf("metrics do not contain %q", want)
 		}
+	}
+}
+
+// Every Kubernetes client in the process is counted on /metrics (rest_client_requests_total), so
+// an operator sees each service's API request rate.
+func TestMetricsCountTheKubernetesClientsRequests(t *testing.T) {
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"major":"1","minor":"34","gitVersion":"v1.34.4"}`)
+	}))
+	defer api.Close()
+	dc, err := discovery.NewDiscoveryClientForConfig(&rest.Config{
+		Host: api.URL, Transport: &http.Transport{DisableKeepAlives: true},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dc.ServerVersion(); err != nil {
+		t.Fatalf("GET /version: %v", err)
+	}
+
+	base := startServer(t, New("127.0.0.1:0", NewRegistry()))
+	_, body := get(t, base+MetricsPath)
+	want := fmt.Sprintf(`rest_client_requests_total{code="200",host=%q,method="GET"}`, strings.TrimPrefix(api.URL, "http://"))
+	if !strings.Contains(body, want) {
+		t.Errorf("metrics do not contain %s:\n%s", want, body)
 	}
 }
 

@@ -7,14 +7,12 @@ import (
 	"fmt"
 
 	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
-	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/s3csi/s3csi/shared/admin"
@@ -96,8 +94,7 @@ func newService(ctx context.Context, opts *options.Options) (*service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create controller manager: %w", err)
 	}
-	gatherers := prometheus.Gatherers{reg, ctrlmetrics.Registry}
-	return &service{opts: opts, admin: admin.New(opts.AdminAddr, gatherers), mgr: mgr, metrics: m, events: eventMetrics}, nil
+	return &service{opts: opts, admin: admin.New(opts.AdminAddr, reg), mgr: mgr, metrics: m, events: eventMetrics}, nil
 }
 
 // restConfig loads the kubeconfig at path, or the in-cluster configuration when path is empty.
