@@ -98,7 +98,7 @@ while true; do sleep 1; done`, termWrites)
 }
 
 // runningPodOf waits for a Running pod with the labels in ns other than the one named except.
-func runningPodOf(ctx context.Context, t *testing.T, ns string, labels map[string]string, except string) *corev1.Pod {
+func runningPodOf(ctx context.Context, t testing.TB, ns string, labels map[string]string, except string) *corev1.Pod {
 	t.Helper()
 	var found *corev1.Pod
 	eventually(ctx, t, "a Running pod of the Deployment", func() error {

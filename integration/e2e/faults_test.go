@@ -151,7 +151,7 @@ func TestAnOOMKilledMounterIsReportedAndTheNextPodMounts(t *testing.T) {
 
 // mounterPID finds the s3csi-mounter process of the Mountpoint Pod with the given UID among the
 // node's processes (the test runs on the node): its cgroup path names the pod.
-func mounterPID(t *testing.T, podUID string) int {
+func mounterPID(t testing.TB, podUID string) int {
 	t.Helper()
 	procs, err := filepath.Glob("/proc/[0-9]*/comm")
 	if err != nil {
@@ -203,7 +203,7 @@ func TestMountsWorkWithNATSDown(t *testing.T) {
 
 // scaleNATS sets the replicas of the chart's NATS and waits until that many servers are ready
 // (for 0: until no NATS pod is left).
-func scaleNATS(ctx context.Context, t *testing.T, replicas int32) {
+func scaleNATS(ctx context.Context, t testing.TB, replicas int32) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
@@ -257,7 +257,7 @@ func TestATerminatedMountpointPodServesItsReaderUntilItLeaves(t *testing.T) {
 	}
 }
 
-func servesItsReaderUntilItLeaves(t *testing.T, how string, terminate func(context.Context, *corev1.Pod) error) {
+func servesItsReaderUntilItLeaves(t testing.TB, how string, terminate func(context.Context, *corev1.Pod) error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	ns := namespace(t, "mp-"+how)

@@ -22,7 +22,7 @@ import (
 )
 
 // namespace creates a namespace for one test and deletes it, and waits for it to go, at the end.
-func namespace(t *testing.T, prefix string) string {
+func namespace(t testing.TB, prefix string) string {
 	t.Helper()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix + "-"}}
 	if err := k8s.Create(context.Background(), ns); err != nil {
@@ -76,7 +76,7 @@ func claimVolume(name, claim string) corev1.Volume {
 
 // waitPodDone waits for the pod to succeed and returns its log; a failed pod fails the test with
 // its log and events.
-func waitPodDone(ctx context.Context, t *testing.T, pod *corev1.Pod) string {
+func waitPodDone(ctx context.Context, t testing.TB, pod *corev1.Pod) string {
 	t.Helper()
 	eventually(ctx, t, "pod "+pod.Name+" finished", func() error {
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
@@ -93,7 +93,7 @@ func waitPodDone(ctx context.Context, t *testing.T, pod *corev1.Pod) string {
 	return podLog(ctx, t, pod)
 }
 
-func podLog(ctx context.Context, t *testing.T, pod *corev1.Pod) string {
+func podLog(ctx context.Context, t testing.TB, pod *corev1.Pod) string {
 	t.Helper()
 	rest, err := clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig())
 	if err != nil {
@@ -131,7 +131,7 @@ func podEvents(ctx context.Context, pod *corev1.Pod) string {
 
 // eventually polls check every 250 ms until it returns nil or ctx ends, then fails with the
 // last error.
-func eventually(ctx context.Context, t *testing.T, what string, check func() error) {
+func eventually(ctx context.Context, t testing.TB, what string, check func() error) {
 	t.Helper()
 	var err error
 	for {
@@ -148,7 +148,7 @@ func eventually(ctx context.Context, t *testing.T, what string, check func() err
 
 // mountsUnder lists the host's mounts below dir (the test runs on the node, as root), with their
 // filesystem type.
-func mountsUnder(t *testing.T, dir string) []string {
+func mountsUnder(t testing.TB, dir string) []string {
 	t.Helper()
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {

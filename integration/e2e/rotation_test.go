@@ -117,7 +117,7 @@ done`, claimVolume("data", "data"))
 }
 
 // sourceDevice is the device (major:minor) of the FUSE connection at Mountpoint Pod mp's source.
-func sourceDevice(t *testing.T, mp string) string {
+func sourceDevice(t testing.TB, mp string) string {
 	t.Helper()
 	dir, err := mppod.SourceDir(cfg.KubeletDir, mp)
 	if err != nil {

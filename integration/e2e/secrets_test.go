@@ -105,7 +105,7 @@ func TestSecretsReachNoSink(t *testing.T) {
 
 // streamPayloads reads every message of the event stream from the chart's NATS as its read-only
 // audit user, and returns subjects and payloads.
-func streamPayloads(ctx context.Context, t *testing.T) []byte {
+func streamPayloads(ctx context.Context, t testing.TB) []byte {
 	t.Helper()
 	var auth corev1.Secret
 	if err := k8s.Get(ctx, client.ObjectKey{Namespace: "s3csi", Name: "s3csi-nats-auth"}, &auth); err != nil {
@@ -151,7 +151,7 @@ func streamPayloads(ctx context.Context, t *testing.T) []byte {
 	return all.Bytes()
 }
 
-func listJSON(ctx context.Context, t *testing.T, list client.ObjectList, opts ...client.ListOption) []byte {
+func listJSON(ctx context.Context, t testing.TB, list client.ObjectList, opts ...client.ListOption) []byte {
 	t.Helper()
 	if err := k8s.List(ctx, list, opts...); err != nil {
 		t.Fatalf("list %T: %v", list, err)
@@ -164,7 +164,7 @@ func listJSON(ctx context.Context, t *testing.T, list client.ObjectList, opts ..
 }
 
 // metricsPages fetches /metrics from every s3csi pod that announces a scrape port.
-func metricsPages(ctx context.Context, t *testing.T) map[string][]byte {
+func metricsPages(ctx context.Context, t testing.TB) map[string][]byte {
 	t.Helper()
 	var pods corev1.PodList
 	if err := k8s.List(ctx, &pods, client.InNamespace("s3csi")); err != nil {
@@ -198,7 +198,7 @@ func metricsPages(ctx context.Context, t *testing.T) map[string][]byte {
 }
 
 // readTree reads every regular file under dir.
-func readTree(t *testing.T, dir string) map[string][]byte {
+func readTree(t testing.TB, dir string) map[string][]byte {
 	t.Helper()
 	files := map[string][]byte{}
 	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {

@@ -22,7 +22,7 @@ import (
 
 // staticClaim creates a bucket e2e-<ns>-<claim> holding seed.txt ("seed"), a PersistentVolume on
 // it (changed by mods) and a claim bound to it in ns; the volume is deleted at the end of the test.
-func staticClaim(ctx context.Context, t *testing.T, ns, claim string, mods ...fixture.PVMod) *corev1.PersistentVolume {
+func staticClaim(ctx context.Context, t testing.TB, ns, claim string, mods ...fixture.PVMod) *corev1.PersistentVolume {
 	t.Helper()
 	bucket := "e2e-" + ns + "-" + claim
 	if err := cfg.MakeBucket(ctx, bucket, "seed.txt", "seed"); err != nil {
@@ -42,7 +42,7 @@ func bucketOf(pv *corev1.PersistentVolume) string { return pv.Spec.CSI.VolumeHan
 
 // onlyMountpointPod is the one Mountpoint Pod serving volume pv; the test fails unless there is
 // exactly one.
-func onlyMountpointPod(ctx context.Context, t *testing.T, pv string) corev1.Pod {
+func onlyMountpointPod(ctx context.Context, t testing.TB, pv string) corev1.Pod {
 	t.Helper()
 	_, mps, err := attachmentsOf(ctx, pv)
 	if err != nil || len(mps) != 1 {
@@ -71,7 +71,7 @@ func attachmentsOf(ctx context.Context, pv string) ([]s3csiv2.MountpointS3PodAtt
 	return mine, pods.Items, nil
 }
 
-func waitRunning(ctx context.Context, t *testing.T, pods ...*corev1.Pod) {
+func waitRunning(ctx context.Context, t testing.TB, pods ...*corev1.Pod) {
 	t.Helper()
 	for _, pod := range pods {
 		eventually(ctx, t, "pod "+pod.Name+" running", func() error {

@@ -136,7 +136,7 @@ func TestSmokeDynamicAndStaticVolumesThroughKubelet(t *testing.T) {
 	}
 }
 
-func create(ctx context.Context, t *testing.T, obj client.Object) {
+func create(ctx context.Context, t testing.TB, obj client.Object) {
 	t.Helper()
 	if err := k8s.Create(ctx, obj); err != nil {
 		t.Fatalf("create %T %s: %v", obj, obj.GetName(), err)
@@ -154,7 +154,7 @@ func create(ctx context.Context, t *testing.T, obj client.Object) {
 }
 
 // boundVolume waits for the claim to be bound and returns its PersistentVolume.
-func boundVolume(ctx context.Context, t *testing.T, pvc *corev1.PersistentVolumeClaim) *corev1.PersistentVolume {
+func boundVolume(ctx context.Context, t testing.TB, pvc *corev1.PersistentVolumeClaim) *corev1.PersistentVolume {
 	t.Helper()
 	eventually(ctx, t, "claim "+pvc.Name+" bound", func() error {
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(pvc), pvc); err != nil {
@@ -172,7 +172,7 @@ func boundVolume(ctx context.Context, t *testing.T, pvc *corev1.PersistentVolume
 	return pv
 }
 
-func object(ctx context.Context, t *testing.T, bucket, key string) string {
+func object(ctx context.Context, t testing.TB, bucket, key string) string {
 	t.Helper()
 	b, err := objectE(ctx, bucket, key)
 	if err != nil {

@@ -211,7 +211,7 @@ func TestTwoVolumesInOnePodAndOneVolumeMountedThrice(t *testing.T) {
 }
 
 // absent fails the test when the object exists.
-func absent(ctx context.Context, t *testing.T, bucket, key string) {
+func absent(ctx context.Context, t testing.TB, bucket, key string) {
 	t.Helper()
 	_, err := cfg.S3Client().HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
 	if err == nil {
