@@ -12,8 +12,6 @@ import (
 	"golang.org/x/sync/errgroup"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -98,11 +96,11 @@ func (s *service) run(ctx context.Context) error {
 // build creates the manager with the janitor's runnables, and the NATS connection when events
 // are enabled (the caller closes it after the manager stopped).
 func (s *service) build(ctx context.Context, log logr.Logger) (manager.Manager, *nats.Conn, error) {
-	cfg, err := restConfig(s.opts.Kubeconfig)
+	cfg, err := servicecmd.RESTConfig(s.opts.Kubeconfig, clientName)
 	if err != nil {
 		return nil, nil, err
 	}
-	cfg.QPS, cfg.Burst = s.opts.KubeAPIQPS, s.opts.KubeAPIBurst
+	s.opts.KubeAPIOptions.Apply(cfg)
 	if err := servicecmd.WaitForAPIServer(logr.NewContext(ctx, log), cfg, servicecmd.APIServerWait); err != nil {
 		return nil, nil, err
 	}
@@ -203,22 +201,6 @@ func addConsumer(mgr manager.Manager, js jetstream.JetStream, triggers *cleanup.
 		return fmt.Errorf("add event consumer: %w", err)
 	}
 	return nil
-}
-
-// restConfig loads the kubeconfig at path, or the in-cluster configuration when path is empty.
-func restConfig(path string) (*rest.Config, error) {
-	var cfg *rest.Config
-	var err error
-	if path != "" {
-		cfg, err = clientcmd.BuildConfigFromFlags("", path)
-	} else {
-		cfg, err = rest.InClusterConfig()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("load Kubernetes client configuration: %w", err)
-	}
-	cfg.UserAgent = clientName
-	return cfg, nil
 }
 
 // everyReplica runs a runnable on every replica, leader or not.

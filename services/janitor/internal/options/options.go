@@ -61,10 +61,9 @@ type Options struct {
 	UnmountGrace time.Duration
 	// NodeGoneGrace is how long a Node must be absent before its attachments are removed.
 	NodeGoneGrace time.Duration
-	// KubeAPIQPS and KubeAPIBurst bound the janitor's request rate to the API server, so a
-	// mass cleanup never crowds out the control plane's other clients.
-	KubeAPIQPS   float32
-	KubeAPIBurst int
+	// KubeAPIOptions are --kube-api-qps and --kube-api-burst: they bound the janitor's request
+	// rate to the API server, so a mass cleanup never crowds out the control plane's other clients.
+	servicecmd.KubeAPIOptions
 	// DryRun logs every removal the janitor would make and writes nothing.
 	DryRun bool
 }
@@ -84,8 +83,7 @@ func New() *Options {
 		StaleAfter:            DefaultStaleAfter,
 		UnmountGrace:          DefaultUnmountGrace,
 		NodeGoneGrace:         DefaultNodeGoneGrace,
-		KubeAPIQPS:            DefaultKubeAPIQPS,
-		KubeAPIBurst:          DefaultKubeAPIBurst,
+		KubeAPIOptions:        servicecmd.KubeAPIOptions{KubeAPIQPS: DefaultKubeAPIQPS, KubeAPIBurst: DefaultKubeAPIBurst},
 	}
 }
 
@@ -103,8 +101,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"how long an unreferenced Mountpoint Pod asked to unmount may run before it is deleted")
 	fs.DurationVar(&o.NodeGoneGrace, "node-gone-grace", o.NodeGoneGrace,
 		"how long a Node must be absent before its attachments and Mountpoint Pods are removed")
-	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "sustained requests per second to the API server")
-	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "requests to the API server allowed in a burst above --kube-api-qps")
+	o.KubeAPIOptions.AddFlags(fs)
 	fs.BoolVar(&o.DryRun, "dry-run", o.DryRun, "log what would be removed and write nothing")
 }
 
@@ -127,11 +124,6 @@ func (o *Options) Validate() error {
 			errs = append(errs, fmt.Errorf("%s %s is shorter than %s", d.flag, d.value, minInterval))
 		}
 	}
-	if o.KubeAPIQPS <= 0 {
-		errs = append(errs, fmt.Errorf("--kube-api-qps %v must be positive", o.KubeAPIQPS))
-	}
-	if o.KubeAPIBurst < 1 {
-		errs = append(errs, fmt.Errorf("--kube-api-burst %d must be at least 1", o.KubeAPIBurst))
-	}
+	errs = append(errs, o.KubeAPIOptions.Validate()...)
 	return errors.Join(errs...)
 }

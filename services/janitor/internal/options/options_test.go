@@ -45,8 +45,7 @@ func TestAddFlags(t *testing.T) {
 					StaleAfter:            2 * time.Minute,
 					UnmountGrace:          10 * time.Minute,
 					NodeGoneGrace:         time.Minute,
-					KubeAPIQPS:            20,
-					KubeAPIBurst:          30,
+					KubeAPIOptions:        servicecmd.KubeAPIOptions{KubeAPIQPS: 20, KubeAPIBurst: 30},
 				}
 			},
 		},

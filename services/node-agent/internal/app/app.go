@@ -15,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/s3csi/s3csi/shared/admin"
@@ -24,6 +23,7 @@ import (
 	"github.com/s3csi/s3csi/shared/events"
 	"github.com/s3csi/s3csi/shared/keymutex"
 	"github.com/s3csi/s3csi/shared/mppod"
+	"github.com/s3csi/s3csi/shared/servicecmd"
 	"github.com/s3csi/s3csi/shared/version"
 
 	"github.com/s3csi/s3csi/services/node-agent/internal/attach"
@@ -46,23 +46,16 @@ import (
 // (--node-name): its CSI Node server, mounter, unmounter and taint watcher must all run on every
 // node at once.
 func Run(ctx context.Context, opts *options.Options) error {
-	cfg, err := restConfig(opts.Kubeconfig)
+	cfg, err := servicecmd.RESTConfig(opts.Kubeconfig, "s3csi-node-agent")
 	if err != nil {
 		return err
 	}
+	opts.KubeAPIOptions.Apply(cfg)
 	svc, err := newService(ctx, opts, cfg)
 	if err != nil {
 		return err
 	}
 	return svc.run(ctx)
-}
-
-func restConfig(kubeconfig string) (*rest.Config, error) {
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		return nil, fmt.Errorf("load Kubernetes client configuration: %w", err)
-	}
-	return cfg, nil
 }
 
 // service holds the node-agent's runnables. It is built before it runs so that tests can

@@ -28,6 +28,9 @@ type Options struct {
 	// CommonOptions are --admin-address, --nats-url (env NATS_URL), --kubeconfig and the
 	// logging flags, shared by every service.
 	servicecmd.CommonOptions
+	// KubeAPIOptions are --kube-api-qps and --kube-api-burst, by default kubelet's own (50 and
+	// 100): like kubelet's, the node-agent's requests grow with the pods starting on its node.
+	servicecmd.KubeAPIOptions
 	// NodeName is the node this agent serves; it filters which pods, attachments and events are
 	// its own. Defaults to $NODE_NAME, set from the downward API (spec.nodeName). Required.
 	NodeName string
@@ -69,14 +72,21 @@ type Options struct {
 	DriverCredentials credentials.Static
 }
 
+// Defaults of the API client's rate limit: kubelet's.
+const (
+	DefaultKubeAPIQPS   = 50
+	DefaultKubeAPIBurst = 100
+)
+
 // New returns the defaults, taking downward-API and environment values (NODE_NAME, NATS_URL)
 // from the environment.
 func New() *Options {
 	return &Options{
-		CommonOptions: servicecmd.NewCommonOptions(":8083"),
-		NodeName:      os.Getenv("NODE_NAME"),
-		KubeletDir:    "/var/lib/kubelet",
-		CSIEndpoint:   "unix:///var/lib/kubelet/plugins/s3.csi.scality.com/csi.sock",
+		CommonOptions:  servicecmd.NewCommonOptions(":8083"),
+		KubeAPIOptions: servicecmd.KubeAPIOptions{KubeAPIQPS: DefaultKubeAPIQPS, KubeAPIBurst: DefaultKubeAPIBurst},
+		NodeName:       os.Getenv("NODE_NAME"),
+		KubeletDir:     "/var/lib/kubelet",
+		CSIEndpoint:    "unix:///var/lib/kubelet/plugins/s3.csi.scality.com/csi.sock",
 
 		MountpointNamespace:    envOr("MOUNTPOINT_NAMESPACE", mppod.DefaultNamespace),
 		AttachmentRereadPeriod: attach.DefaultFallback,
@@ -106,6 +116,7 @@ func envOr(key, def string) string {
 // AddFlags registers the options on fs, with the current values as defaults.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	o.CommonOptions.AddFlags(fs)
+	o.KubeAPIOptions.AddFlags(fs)
 	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "name of the node this agent serves; required (env NODE_NAME)")
 	fs.StringVar(&o.KubeletDir, "kubelet-dir", o.KubeletDir, "kubelet root directory on the host")
 	fs.StringVar(&o.CSIEndpoint, "csi-endpoint", o.CSIEndpoint, "CSI gRPC endpoint, unix:///absolute/path")
@@ -127,6 +138,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 // Validate reports every invalid option at once, naming the flag to fix.
 func (o *Options) Validate() error {
 	errs := []error{o.CommonOptions.Validate()}
+	errs = append(errs, o.KubeAPIOptions.Validate()...)
 	switch {
 	case o.NodeName == "":
 		errs = append(errs, errors.New("--node-name is required: set it, or NODE_NAME from the downward API (fieldRef spec.nodeName)"))

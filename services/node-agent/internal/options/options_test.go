@@ -17,6 +17,7 @@ func TestValidate(t *testing.T) {
 		{Name: "an invalid node name is rejected", Modify: func(o *Options) { o.NodeName = "Node_1" }, WantErr: []string{"--node-name"}},
 		{Name: "a relative kubelet directory is rejected", Modify: func(o *Options) { o.KubeletDir = "var/lib/kubelet" }, WantErr: []string{"--kubelet-dir"}},
 		{Name: "a TCP CSI endpoint is rejected", Modify: func(o *Options) { o.CSIEndpoint = "tcp://127.0.0.1:10000" }, WantErr: []string{"--csi-endpoint"}},
+		{Name: "a zero API request rate is rejected", Modify: func(o *Options) { o.KubeAPIQPS = 0 }, WantErr: []string{"--kube-api-qps"}},
 		{Name: "a zero attachment re-read period is rejected", Modify: func(o *Options) { o.AttachmentRereadPeriod = 0 }, WantErr: []string{"--attachment-reread-period"}},
 		{Name: "a health period under 100ms is rejected", Modify: func(o *Options) { o.HealthPeriod = time.Millisecond }, WantErr: []string{"--health-period"}},
 		{Name: "a sub-second cleanup period is rejected", Modify: func(o *Options) { o.CleanupPeriod = time.Millisecond }, WantErr: []string{"--cleanup-period"}},
@@ -41,6 +42,7 @@ func TestAddFlags(t *testing.T) {
 			Want: func(o *Options) {
 				*o = Options{
 					CommonOptions:          servicecmd.CommonOptions{AdminAddr: ":8083", NATSStreamReplicas: 1, Logging: o.Logging},
+					KubeAPIOptions:         servicecmd.KubeAPIOptions{KubeAPIQPS: 50, KubeAPIBurst: 100},
 					KubeletDir:             "/var/lib/kubelet",
 					CSIEndpoint:            "unix:///var/lib/kubelet/plugins/s3.csi.scality.com/csi.sock",
 					MountpointNamespace:    "mount-s3",
@@ -72,7 +74,7 @@ func TestAddFlags(t *testing.T) {
 				"--csi-endpoint=unix:///tmp/n.sock", "--kubeconfig=/k", "--log-format=text", "-v=4",
 				"--mountpoint-namespace=mp", "--attachment-reread-period=3s", "--cleanup-period=5m", "--health-period=2s", "--legacy-token-file=/t",
 				"--s3-endpoint-url=https://s3.example.com", "--s3-region=eu-west-1", "--s3-path-style=false",
-				"--register-with-kubelet=false", "--remove-startup-taint=false",
+				"--register-with-kubelet=false", "--remove-startup-taint=false", "--kube-api-qps=20", "--kube-api-burst=40",
 			},
 			Want: func(o *Options) {
 				o.AdminAddr = "127.0.0.1:9000"
@@ -92,6 +94,8 @@ func TestAddFlags(t *testing.T) {
 				o.S3PathStyle = false
 				o.RegisterWithKubelet = false
 				o.RemoveStartupTaint = false
+				o.KubeAPIQPS = 20
+				o.KubeAPIBurst = 40
 			},
 		},
 	})

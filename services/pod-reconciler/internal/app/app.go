@@ -10,8 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -65,10 +63,14 @@ func newService(ctx context.Context, opts *options.Options) (*service, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := restConfig(opts.Kubeconfig)
+	cfg, err := servicecmd.RESTConfig(opts.Kubeconfig, "s3csi-pod-reconciler")
 	if err != nil {
 		return nil, err
 	}
+	// client-go would throttle to 5 requests/s, a few workloads per second. Like
+	// controller-runtime's own loader, leave the pacing to the API server's priority and
+	// fairness, which every supported Kubernetes version enforces.
+	cfg.QPS = -1
 	if err := servicecmd.WaitForAPIServer(ctx, cfg, servicecmd.APIServerWait); err != nil {
 		return nil, err
 	}
@@ -95,27 +97,6 @@ func newService(ctx context.Context, opts *options.Options) (*service, error) {
 		return nil, fmt.Errorf("create controller manager: %w", err)
 	}
 	return &service{opts: opts, admin: admin.New(opts.AdminAddr, reg), mgr: mgr, metrics: m, events: eventMetrics}, nil
-}
-
-// restConfig loads the kubeconfig at path, or the in-cluster configuration when path is empty.
-func restConfig(path string) (*rest.Config, error) {
-	var cfg *rest.Config
-	var err error
-	if path == "" {
-		cfg, err = rest.InClusterConfig()
-	} else {
-		cfg, err = clientcmd.BuildConfigFromFlags("", path)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("load Kubernetes client configuration: %w", err)
-	}
-	if cfg.QPS == 0 {
-		// client-go would throttle to 5 requests/s, a few workloads per second. Like
-		// controller-runtime's own loader, leave the pacing to the API server's priority and
-		// fairness, which every supported Kubernetes version enforces.
-		cfg.QPS = -1
-	}
-	return cfg, nil
 }
 
 // run starts every runnable under one errgroup-like group: the first to fail cancels the
