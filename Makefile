@@ -59,9 +59,21 @@ test-e2e: $(CLUSTER) ## Run the e2e suite; a cluster this target starts is stopp
 	else status=0; $(MAKE) --no-print-directory e2e || status=$$?; $(CLUSTER) down; exit $$status; fi
 
 .PHONY: bench
-bench: tools-test envtest-bins bench-deps ## Run every module's benchmarks against the real components; prints the figures.
-	@for m in $(MODULES); do echo "== bench $$m"; \
-	  (cd $$m && GOWORK=off $(GO) test -run='^$$' -bench=. -benchmem -timeout=60m ./...); done
+bench: tools-test envtest-bins bench-deps $(CLUSTER) ## Run every benchmark (each module's, then pod start on the cluster); prints one markdown table, kept in bin/bench.md.
+	@mkdir -p $(BIN)
+	@{ for m in $(MODULES); do echo "== bench $$m"; \
+	  (cd $$m && GOWORK=off $(GO) test -run='^$$' -bench=. -benchmem -timeout=60m ./...) || echo "FAIL $$m"; done; \
+	  $(MAKE) --no-print-directory bench-cluster || echo "FAIL bench-cluster"; } 2>&1 | tee $(BIN)/bench.txt
+	@cd integration && GOWORK=off $(GO) run ./cmd/s3csi-benchtable < $(BIN)/bench.txt | tee $(BIN)/bench.md
+
+.PHONY: bench-cluster
+bench-cluster: $(CLUSTER) ## Pod start and a burst of pods on the cluster (started and stopped if not running).
+	@if $(CLUSTER) status >/dev/null 2>&1; then $(MAKE) --no-print-directory bench-cluster-run; \
+	else status=0; $(MAKE) --no-print-directory bench-cluster-run || status=$$?; $(CLUSTER) down; exit $$status; fi
+
+.PHONY: bench-cluster-run
+bench-cluster-run: cluster-up
+	cd integration && GOWORK=off $(GO) test -count=1 -tags=e2e -run='^$$' -bench=. -benchtime=1x -timeout=60m ./e2e/
 
 .PHONY: run
 run: tools-test envtest-bins ## Bring up the local stack (API server, NATS, S3) and print how to reach it.

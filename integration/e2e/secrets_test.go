@@ -166,9 +166,21 @@ func listJSON(ctx context.Context, t testing.TB, list client.ObjectList, opts ..
 // metricsPages fetches /metrics from every s3csi pod that announces a scrape port.
 func metricsPages(ctx context.Context, t testing.TB) map[string][]byte {
 	t.Helper()
+	pages, err := readMetricsPages(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pages) < 4 {
+		t.Fatalf("%d /metrics pages read, want one per service", len(pages))
+	}
+	return pages
+}
+
+// readMetricsPages is metricsPages for a goroutine that is not the test's: it returns the error.
+func readMetricsPages(ctx context.Context) (map[string][]byte, error) {
 	var pods corev1.PodList
 	if err := k8s.List(ctx, &pods, client.InNamespace("s3csi")); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	pages := map[string][]byte{}
 	for _, p := range pods.Items {
@@ -178,23 +190,20 @@ func metricsPages(ctx context.Context, t testing.TB) map[string][]byte {
 		}
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.Status.PodIP+":"+port+"/metrics", nil)
 		if err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
-			t.Fatalf("/metrics of %s: %v", p.Name, err)
+			return nil, fmt.Errorf("/metrics of %s: %w", p.Name, err)
 		}
 		b, err := io.ReadAll(resp.Body)
 		_ = resp.Body.Close()
 		if err != nil || resp.StatusCode != http.StatusOK {
-			t.Fatalf("/metrics of %s: %s, %v", p.Name, resp.Status, err)
+			return nil, fmt.Errorf("/metrics of %s: %s, %w", p.Name, resp.Status, err)
 		}
 		pages[p.Name] = b
 	}
-	if len(pages) < 4 {
-		t.Fatalf("%d /metrics pages read, want one per service", len(pages))
-	}
-	return pages
+	return pages, nil
 }
 
 // readTree reads every regular file under dir.

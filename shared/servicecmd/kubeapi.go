@@ -37,8 +37,8 @@ func (o *KubeAPIOptions) Validate() []error {
 	return errs
 }
 
-// Apply sets the rate limit on cfg.
-func (o *KubeAPIOptions) Apply(cfg *rest.Config) {
+// ApplyRateLimit sets the rate limit on cfg.
+func (o *KubeAPIOptions) ApplyRateLimit(cfg *rest.Config) {
 	cfg.QPS, cfg.Burst = o.KubeAPIQPS, o.KubeAPIBurst
 }
 

@@ -21,9 +21,9 @@ func TestKubeAPIOptionsFlagsValidateAndApply(t *testing.T) {
 		t.Fatalf("Validate() = %v", errs)
 	}
 	var cfg rest.Config
-	o.Apply(&cfg)
+	o.ApplyRateLimit(&cfg)
 	if cfg.QPS != 7.5 || cfg.Burst != 9 {
-		t.Errorf("Apply: QPS %v, Burst %d; want 7.5, 9", cfg.QPS, cfg.Burst)
+		t.Errorf("ApplyRateLimit: QPS %v, Burst %d; want 7.5, 9", cfg.QPS, cfg.Burst)
 	}
 	bad := KubeAPIOptions{}
 	errs := bad.Validate()

@@ -100,7 +100,7 @@ func (s *service) build(ctx context.Context, log logr.Logger) (manager.Manager, 
 	if err != nil {
 		return nil, nil, err
 	}
-	s.opts.KubeAPIOptions.Apply(cfg)
+	s.opts.ApplyRateLimit(cfg)
 	if err := servicecmd.WaitForAPIServer(logr.NewContext(ctx, log), cfg, servicecmd.APIServerWait); err != nil {
 		return nil, nil, err
 	}

@@ -50,7 +50,7 @@ func Run(ctx context.Context, opts *options.Options) error {
 	if err != nil {
 		return err
 	}
-	opts.KubeAPIOptions.Apply(cfg)
+	opts.ApplyRateLimit(cfg)
 	svc, err := newService(ctx, opts, cfg)
 	if err != nil {
 		return err
