@@ -121,13 +121,15 @@ func TestAStoppedMounterIsReportedAndTheReaderGoesOnWhenItResumes(t *testing.T) 
 }
 
 // A mounter OOM-killed under a writer (S5): its Mountpoint Pod's memory limit, a volume
-// attribute, is far below what a large write buffers; the writer gets a Warning Event that
-// names the OOM kill within seconds, and the next pod on the volume mounts and reads.
+// attribute, is far below the buffers its mount options give it (without them the mounter
+// would fit its buffers under the limit); the writer gets a Warning Event that names the OOM
+// kill within seconds, and the next pod on the volume mounts and reads.
 func TestAnOOMKilledMounterIsReportedAndTheNextPodMounts(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	ns := namespace(t, "oom")
-	staticClaim(ctx, t, ns, "data", fixture.WithVolumeAttribute("mountpointContainerResourcesLimitsMemory", "48Mi"))
+	staticClaim(ctx, t, ns, "data", fixture.WithVolumeAttribute("mountpointContainerResourcesLimitsMemory", "48Mi"),
+		fixture.WithMountOptions("max-memory-target=512"))
 	writer := busybox(ns, "writer", "dd if=/dev/zero of=/data/big.bin bs=1M count=2048; echo dd-exited-$?; sleep 3600",
 		claimVolume("data", "data"))
 	started := time.Now()

@@ -73,6 +73,9 @@ type Options struct {
 	MaxCacheSize *uint64
 	// MaxMemoryTarget bounds the memory used for data buffers, in MiB.
 	MaxMemoryTarget *uint64
+	// MemoryTarget is the process's whole memory target, in MiB (mount-s3 1.24's
+	// --memory-target): data buffers get what the rest of the process leaves of it.
+	MemoryTarget *uint64
 
 	// PartSize sets both ReadPartSize and WritePartSize unless those are given, in bytes.
 	PartSize *uint64

@@ -192,6 +192,7 @@ var specs = []optionSpec{
 	stringSpec("cache", func(o *Options) *string { return &o.CacheDir }, nil),
 	uint64Spec("max-cache-size", func(o *Options) **uint64 { return &o.MaxCacheSize }, 1, math.MaxUint32),
 	uint64Spec("max-memory-target", func(o *Options) **uint64 { return &o.MaxMemoryTarget }, 16, math.MaxUint32),
+	uint64Spec("memory-target", func(o *Options) **uint64 { return &o.MemoryTarget }, 16, math.MaxUint32),
 	uint64Spec("part-size", func(o *Options) **uint64 { return &o.PartSize }, 5<<20, maxPartSize),
 	uint64Spec("read-part-size", func(o *Options) **uint64 { return &o.ReadPartSize }, 64<<10, maxPartSize),
 	uint64Spec("write-part-size", func(o *Options) **uint64 { return &o.WritePartSize }, 5<<20, maxPartSize),

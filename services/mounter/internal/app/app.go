@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"runtime/debug"
 	"strings"
 	"syscall"
 
@@ -23,9 +22,6 @@ import (
 )
 
 const binary = "s3csi-mounter"
-
-// memoryHeadroom is the memory allowed beyond the data buffers (metadata, requests, runtime).
-const memoryHeadroom = 128 << 20
 
 // Run runs s3csi-mounter with args (without the program name) and returns the exit code: 0
 // after the mount ends, 1 when serving fails and 2 for bad arguments.
@@ -43,11 +39,6 @@ func Run(args []string) int {
 	}
 	if os.Getenv(EngineEnv) == EngineMountS3 {
 		return execMountS3(opts)
-	}
-	if os.Getenv("GOMEMLIMIT") == "" {
-		// Buffers are recycled, but garbage from requests would otherwise let the heap grow to
-		// twice the live size: ask the collector to keep the process near its buffer budget.
-		debug.SetMemoryLimit(s3fs.BufferLimit(&opts) + memoryHeadroom)
 	}
 	logOpts := logging.NewOptions()
 	if opts.Debug {
@@ -67,7 +58,7 @@ func Run(args []string) int {
 		}
 		defer func() { _ = watch.Close() }()
 	}
-	m, err := s3fs.Mount(ctx, opts.MountPoint, s3fs.Config{Options: opts, Log: log})
+	m, err := s3fs.Mount(ctx, opts.MountPoint, s3fs.Config{Options: opts, Log: log, Memory: s3fs.ApplyMemoryPlan(&opts, log)})
 	if err != nil {
 		log.Error(err, "Mount failed")
 		return 1
@@ -103,9 +94,6 @@ func serveCommDir(dir string) int {
 	if dir == "" {
 		fmt.Fprintf(os.Stderr, "%s: %sDIR needs a directory\n", binary, CommDirFlag)
 		return 2
-	}
-	if os.Getenv("GOMEMLIMIT") == "" {
-		debug.SetMemoryLimit(s3fs.DefaultMemoryTarget + memoryHeadroom)
 	}
 	log := logging.New(logging.NewOptions(), os.Stderr)
 	// The first SIGTERM no longer stops a filesystem that serves (mounter.Serve).

@@ -55,7 +55,7 @@ func (e *S3Engine) mount(ctx context.Context, fd int, req *handshake.Request) (*
 			return nil, fmt.Errorf("set %s: %w", k, err)
 		}
 	}
-	return s3fs.MountFD(ctx, fd, s3fs.Config{Options: opts, Log: e.Log})
+	return s3fs.MountFD(ctx, fd, s3fs.Config{Options: opts, Log: e.Log, Memory: s3fs.ApplyMemoryPlan(&opts, e.Log)})
 }
 
 // prepare checks req for the FUSE connection fd and returns its options, with fd as the mount

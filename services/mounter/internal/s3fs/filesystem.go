@@ -78,22 +78,14 @@ func newFilesystem(client *s3.Client, cfg *Config) *filesystem {
 	if o.DirMode != nil {
 		f.dirMode = *o.DirMode
 	}
-	f.budget = newBudget(BufferLimit(&o))
+	buffers := cfg.Memory.Buffers
+	if buffers == 0 {
+		buffers = PlanMemory(&o, 0).Buffers
+	}
+	f.budget = newBudget(buffers)
 	f.meta = newMetaCache(f.ttl, f.negTTL)
 	f.ctx, f.cancel = context.WithCancel(context.Background())
 	return f
-}
-
-// BufferLimit is the memory the mount reserves at most for data buffers: --max-memory-target, by
-// default DefaultMemoryTarget, never less than one read part and one write part.
-func BufferLimit(o *mountargs.Options) int64 {
-	limit := int64(DefaultMemoryTarget)
-	if o.MaxMemoryTarget != nil {
-		limit = int64(*o.MaxMemoryTarget) << 20 //nolint:gosec // bounded by the parser
-	}
-	read := int64(o.EffectiveReadPartSize(DefaultPartSize))   //nolint:gosec // bounded by the parser
-	write := int64(o.EffectiveWritePartSize(DefaultPartSize)) //nolint:gosec // bounded by the parser
-	return max(limit, read, write)
 }
 
 func ttlOf(t *mountargs.TTL, def time.Duration) time.Duration {

@@ -50,6 +50,9 @@ type Config struct {
 	Credentials aws.CredentialsProvider
 	// Log receives mount-level events; never credentials.
 	Log logr.Logger
+	// Memory is the mount's memory plan (PlanMemory); zero plans from Options alone, as if the
+	// container had no memory limit.
+	Memory MemoryPlan
 	// RequestTimeout bounds one S3 request including retries; a file operation waiting on a
 	// request that times out fails with EIO. Zero means DefaultRequestTimeout.
 	RequestTimeout time.Duration
@@ -68,7 +71,7 @@ type Stats struct {
 	BufferBytes int64
 	// PeakBufferBytes is the highest BufferBytes seen.
 	PeakBufferBytes int64
-	// BufferLimit is the reservation limit (--max-memory-target).
+	// BufferLimit is the reservation limit (MemoryPlan.Buffers).
 	BufferLimit int64
 	// ReadRequests counts the ranged GETs issued for reads, prefetch included.
 	ReadRequests int64

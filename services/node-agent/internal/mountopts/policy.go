@@ -40,7 +40,7 @@ var allowed = map[string]kind{
 	"uid":             uintValue, "gid": uintValue, "dir-mode": octalMode, "file-mode": octalMode,
 	"prefix": prefixValue, "region": word, "metadata-ttl": ttlValue, "negative-metadata-ttl": ttlValue,
 	"max-threads": uintValue, "part-size": uintValue, "read-part-size": uintValue,
-	"write-part-size": uintValue, "max-cache-size": uintValue, "max-memory-target": uintValue,
+	"write-part-size": uintValue, "max-cache-size": uintValue, "max-memory-target": uintValue, "memory-target": uintValue,
 	"sse": word, "sse-kms-key-id": word, "upload-checksums": word, "expected-bucket-owner": word,
 	"cache": relativeName,
 }

@@ -86,7 +86,7 @@ func TestTheMounterParsesEveryOptionThePolicyLetsThrough(t *testing.T) {
 		"allow-delete", "allow-overwrite", "allow-other", "requester-pays", "debug",
 		"uid=1000", "gid=2000", "dir-mode=750", "file-mode=640", "prefix=data/", "region=eu-west-1",
 		"metadata-ttl=indefinite", "negative-metadata-ttl=60", "max-threads=16", "part-size=8388608",
-		"read-part-size=8388608", "write-part-size=8388608", "max-cache-size=1024", "max-memory-target=512",
+		"read-part-size=8388608", "write-part-size=8388608", "max-cache-size=1024", "max-memory-target=512", "memory-target=256",
 		"sse=aws:kms", "sse-kms-key-id=key-1", "upload-checksums=off", "expected-bucket-owner=123456789012", "cache=data",
 	})
 	if err != nil {
