@@ -49,9 +49,7 @@ func BenchmarkPodStart(b *testing.B) {
 
 	b.Run("a-emptyDir", func(b *testing.B) {
 		floor = benchStarts(ctx, b, w, 0, n, func(i int) *corev1.Pod {
-			return sleeper(ns, fmt.Sprintf("empty-%d", i), corev1.Volume{
-				Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}},
-			})
+			return sleeper(ns, fmt.Sprintf("empty-%d", i), scratchVolume())
 		}, nil)
 	})
 
@@ -149,9 +147,7 @@ func BenchmarkPodsOnVolumesAtOnce(b *testing.B) {
 	b.Run("emptyDir", func(b *testing.B) {
 		for range b.N {
 			burst(ctx, b, empty, pods, func(i int) *corev1.Pod {
-				return sleeper(empty, fmt.Sprintf("w%d", i), corev1.Volume{
-					Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}},
-				})
+				return sleeper(empty, fmt.Sprintf("w%d", i), scratchVolume())
 			}, nil)
 		}
 	})
@@ -266,6 +262,11 @@ func boundClaim(ctx context.Context, t testing.TB, ns, claim string) string {
 // shortest grace period the API server gives a pod deleted without force.
 func sleeper(ns, name string, volumes ...corev1.Volume) *corev1.Pod {
 	return busybox(ns, name, "exec sleep 3600", volumes...) // busybox's grace period is 1 s
+}
+
+// scratchVolume is an emptyDir volume: what a pod of kubelet's floor mounts.
+func scratchVolume() corev1.Volume {
+	return corev1.Volume{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}
 }
 
 // deleteAndWait deletes pod as a user does (not forced) and waits until the API server no longer
