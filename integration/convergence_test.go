@@ -195,6 +195,12 @@ func TestReconcilerAndJanitorConverge(t *testing.T) {
 		return c.List(ctx, list, client.InNamespace(mppod.DefaultNamespace)) == nil && len(list.Items) == 0
 	})
 
+	// A List can show an object gone before the watch has delivered its DELETED event.
+	eventually(ctx, t, "the watches saw the deletions", func() bool {
+		_, mpDeleted := mountpoints.counts()
+		_, paDeleted := attachments.counts()
+		return mpDeleted[mpName] > 0 && paDeleted[s3pa.Name] > 0
+	})
 	mpAdded, mpDeleted := mountpoints.counts()
 	paAdded, paDeleted := attachments.counts()
 	if len(mpAdded) != 1 || mpAdded[mpName] != 1 || mpDeleted[mpName] != 1 {
