@@ -238,9 +238,9 @@ tools: $(TOOLS) ## Build the pinned tools into bin/.
 tools-test: $(VERSITYGW) $(HELM)
 
 .PHONY: bench-deps
-bench-deps: # The FUSE clients s3csi-mounter is compared with (Debian's s3fs and rclone).
-	@command -v s3fs >/dev/null && command -v rclone >/dev/null || { \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq s3fs rclone; }
+bench-deps: # fio and the FUSE clients s3csi-mounter is compared with (Debian's s3fs and rclone).
+	@command -v fio >/dev/null && command -v s3fs >/dev/null && command -v rclone >/dev/null || { \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fio s3fs rclone; }
 
 .PHONY: envtest-bins
 envtest-bins: ## Build kube-apiserver and etcd from source into ~/.cache/s3csi (once, ~5-10 min).

@@ -153,6 +153,9 @@ func (s *S3) Restart(ctx context.Context) error {
 	return s.start(ctx)
 }
 
+// Pid is the process ID of the running server (a benchmark pins it to its own CPUs).
+func (s *S3) Pid() int { return s.cmd.Process.Pid }
+
 // Client returns an S3 client for the server signed with the given credentials.
 func (s *S3) Client(accessKey, secretKey string) *s3.Client {
 	return s3.New(s3.Options{

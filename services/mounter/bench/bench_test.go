@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -16,7 +17,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"golang.org/x/sync/errgroup"
-	"golang.org/x/sys/unix"
 
 	"github.com/s3csi/s3csi/shared/testenv"
 )
@@ -24,67 +24,66 @@ import (
 const (
 	objectSize = 256 << 20
 	listFiles  = 10000
-	randomOps  = 2000
 )
 
-// BenchmarkClients prints, per client, sequential read and write MB/s, random 4 KiB read IOPS,
-// the time to list 10,000 files and the client's peak RSS so far (VmHWM, growing along the
-// sub-benchmarks); raw parallel GET and multipart PUT are the ceilings. Sequential reads also report the CPU the
-// client (cpu-ms/GiB) and the reading process (app-cpu-ms/GiB) spent per GiB.
+// BenchmarkClients runs the fio job shapes of fioJobs through each FUSE client (MB/s, the
+// median of runsPerFigure runs, or latency percentiles for the time to first byte), lists a
+// directory of 10,000 files, and reports each client's CPU per GiB and peak RSS so far (VmHWM,
+// growing along the sub-benchmarks). Raw parallel GET and multipart PUT with aws-sdk-go-v2 are the ceilings, and
+// every client's throughput is also reported as a percentage of them. The S3 server and the
+// clients run on separate CPUs where the machine has more than one, and the machine's free
+// memory is touched once first and kept backed (see touchFreeMemory).
 func BenchmarkClients(b *testing.B) {
 	requireTools(b)
+	keepFreedPages(b)
+	touchFreeMemory(b)
 	s := testenv.StartS3(b)
 	seed(b, s)
 	mounter := buildMounter(b)
+	pinCores(b, s.Pid())
+	var rawGetMBps, rawPutMBps float64
 	b.Run("raw-sdk/seq-read", func(b *testing.B) {
-		b.SetBytes(objectSize)
-		cpu := selfCPU()
-		for range b.N {
-			rawGet(b, s)
-		}
-		reportCPU(b, selfCPU()-cpu, "cpu-ms/GiB")
+		rawGetMBps = rawCeiling(b, func(int) { rawGet(b, s) })
 	})
 	b.Run("raw-sdk/seq-write", func(b *testing.B) {
-		b.SetBytes(objectSize)
-		cpu := selfCPU()
-		for i := range b.N {
-			rawPut(b, s, fmt.Sprintf("raw-out-%d.bin", i))
-		}
-		reportCPU(b, selfCPU()-cpu, "cpu-ms/GiB")
+		rawPutMBps = rawCeiling(b, func(i int) { rawPut(b, s, fmt.Sprintf("raw-out-%d.bin", i)) })
 	})
 	for _, c := range clients(mounter) {
 		b.Run(c.name, func(b *testing.B) {
 			m := startClient(b, c, s)
-			b.Run("seq-read", func(b *testing.B) {
-				b.SetBytes(objectSize)
-				cpu, app := m.cpuSeconds(), selfCPU()
-				for range b.N {
-					readAll(b, filepath.Join(m.dir, "big.bin"))
-				}
-				reportCPU(b, m.cpuSeconds()-cpu, "cpu-ms/GiB")
-				// The reading process's own CPU: the kernel's page-cache work for FUSE reads,
-				// which a raw GET does not pay.
-				reportCPU(b, selfCPU()-app, "app-cpu-ms/GiB")
-				b.ReportMetric(m.peakRSS(), "peakRSS-MiB")
-			})
-			b.Run("seq-write", func(b *testing.B) {
-				b.SetBytes(objectSize)
-				cpu, app := m.cpuSeconds(), selfCPU()
-				for i := range b.N {
-					writeFile(b, filepath.Join(m.dir, fmt.Sprintf("out-%s-%d.bin", c.name, i)))
-				}
-				reportCPU(b, m.cpuSeconds()-cpu, "cpu-ms/GiB")
-				reportCPU(b, selfCPU()-app, "app-cpu-ms/GiB")
-				b.ReportMetric(m.peakRSS(), "peakRSS-MiB")
-			})
-			b.Run("random-4k", func(b *testing.B) {
-				for range b.N {
-					start := time.Now()
-					randomReads(b, filepath.Join(m.dir, "big.bin"))
-					b.ReportMetric(randomOps/time.Since(start).Seconds(), "IOPS")
-				}
-				b.ReportMetric(m.peakRSS(), "peakRSS-MiB")
-			})
+			for _, job := range fioJobs() {
+				b.Run(job.name, func(b *testing.B) {
+					var mbps, p50, p99 []float64
+					var clientCPU, appCPU float64
+					for range b.N * runsPerFigure {
+						cpu := m.cpuSeconds()
+						r := runFio(b, job, m.dir)
+						clientCPU += m.cpuSeconds() - cpu
+						appCPU += r.appCPUSeconds
+						mbps, p50, p99 = append(mbps, r.mbps), append(p50, r.p50ms), append(p99, r.p99ms)
+					}
+					if job.latency {
+						b.ReportMetric(median(p50), "p50-ms")
+						b.ReportMetric(median(p99), "p99-ms")
+					} else {
+						raw := rawGetMBps
+						if job.write {
+							raw = rawPutMBps
+						}
+						b.ReportMetric(median(mbps), "MB/s")
+						b.ReportMetric(slices.Min(mbps), "min-MB/s")
+						if raw > 0 { // the ceilings ran: not filtered out by -bench
+							b.ReportMetric(100*median(mbps)/raw, "%raw")
+						}
+						moved := float64(len(mbps)) * float64(job.bytes)
+						reportCPU(b, clientCPU, moved, "cpu-ms/GiB")
+						// The reading or writing process's own CPU: for a FUSE client, the
+						// kernel's page-cache work, which a raw GET does not pay.
+						reportCPU(b, appCPU, moved, "app-cpu-ms/GiB")
+					}
+					b.ReportMetric(m.peakRSS(), "peakRSS-MiB")
+				})
+			}
 			b.Run("list-10000", func(b *testing.B) {
 				for range b.N {
 					if entries, err := os.ReadDir(filepath.Join(m.dir, "many")); err != nil || len(entries) != listFiles {
@@ -97,18 +96,29 @@ func BenchmarkClients(b *testing.B) {
 	}
 }
 
-// seed stores the test data straight in the posix backend.
+// seed stores the test data straight in the posix backend: the objects fioJobs reads (random
+// bytes, so no layer can compress them) and a directory of listFiles empty objects.
 func seed(b *testing.B, s *testenv.S3) {
 	root := filepath.Join(s.Dir, s.Bucket)
-	f, err := os.Create(filepath.Join(root, "big.bin"))
-	if err != nil {
-		b.Fatal(err)
+	rng := rand.NewChaCha8([32]byte{1})
+	write := func(name string, size int64) {
+		f, err := os.Create(filepath.Join(root, name))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := io.CopyN(f, rng, size); err != nil {
+			b.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			b.Fatal(err)
+		}
 	}
-	if _, err := io.CopyN(f, rand.NewChaCha8([32]byte{1}), objectSize); err != nil {
-		b.Fatal(err)
+	write("big.bin", objectSize) // the raw GET's object
+	for i := range bigFiles {
+		write(fmt.Sprintf("big.%d.0", i), objectSize)
 	}
-	if err := f.Close(); err != nil {
-		b.Fatal(err)
+	for i := range smallFiles {
+		write(fmt.Sprintf("small.0.%d", i), smallSize)
 	}
 	if err := os.MkdirAll(filepath.Join(root, "many"), 0o755); err != nil {
 		b.Fatal(err)
@@ -120,58 +130,35 @@ func seed(b *testing.B, s *testenv.S3) {
 	}
 }
 
-// readAll reads path once from the client, not from the kernel's page cache: pages left by an
-// earlier iteration are dropped first (a client may keep them across opens).
-func readAll(b *testing.B, path string) {
-	f, err := os.Open(path)
-	if err != nil {
-		b.Fatal(err)
+// runsPerFigure is how many times each transfer runs per benchmark iteration: the figure is
+// their median, so that one run slowed by the machine does not make it.
+const runsPerFigure = 3
+
+// rawCeiling runs transfer (objectSize bytes) runsPerFigure times per iteration and reports
+// the median MB/s, which it returns, and the CPU per GiB.
+func rawCeiling(b *testing.B, transfer func(i int)) float64 {
+	var mbps []float64
+	cpu := selfCPU()
+	for i := range b.N * runsPerFigure {
+		start := time.Now()
+		transfer(i)
+		mbps = append(mbps, objectSize/1e6/time.Since(start).Seconds())
 	}
-	defer f.Close()
-	if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
-		b.Fatalf("drop cached pages of %s: %v", path, err)
-	}
-	n, err := io.CopyBuffer(io.Discard, struct{ io.Reader }{f}, make([]byte, 1<<20))
-	if err != nil || n != objectSize {
-		b.Fatalf("read %d bytes of %s: %v", n, path, err)
-	}
+	b.ReportMetric(median(mbps), "MB/s")
+	b.ReportMetric(slices.Min(mbps), "min-MB/s")
+	reportCPU(b, selfCPU()-cpu, float64(len(mbps))*objectSize, "cpu-ms/GiB")
+	return median(mbps)
 }
 
-func writeFile(b *testing.B, path string) {
-	f, err := os.Create(path)
-	if err != nil {
-		b.Fatal(err)
-	}
-	buf := make([]byte, 1<<20)
-	for range objectSize / len(buf) {
-		if _, err := f.Write(buf); err != nil {
-			b.Fatal(err)
-		}
-	}
-	if err := f.Close(); err != nil {
-		b.Fatal(err)
-	}
+func median(xs []float64) float64 {
+	s := slices.Sorted(slices.Values(xs))
+	return s[len(s)/2]
 }
 
-func randomReads(b *testing.B, path string) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_DIRECT, 0)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer f.Close()
-	rng := rand.New(rand.NewPCG(1, 2))
-	buf := make([]byte, 4096)
-	for range randomOps {
-		if _, err := f.ReadAt(buf, int64(rng.IntN(objectSize/4096))*4096); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-// reportCPU reports CPU time per GiB read: on a machine whose cores are shared, throughput
+// reportCPU reports CPU time per GiB moved: on a machine whose cores are shared, throughput
 // varies with the load while the CPU a client spends per byte does not.
-func reportCPU(b *testing.B, seconds float64, unit string) {
-	b.ReportMetric(seconds*1000/(float64(b.N)*objectSize/(1<<30)), unit)
+func reportCPU(b *testing.B, seconds, bytes float64, unit string) {
+	b.ReportMetric(seconds*1000/(bytes/(1<<30)), unit)
 }
 
 // selfCPU is the CPU time this process has used, in seconds.

@@ -27,7 +27,7 @@ func clients(mounter string) []client {
 	return []client{
 		{name: "s3csi-mounter", command: func(_ *testing.B, s *testenv.S3, dir string) *exec.Cmd {
 			cmd := exec.Command(mounter, "--endpoint-url", s.Endpoint, "--region", s.Region,
-				"--force-path-style", "--allow-overwrite", s.Bucket, dir)
+				"--force-path-style", "--allow-overwrite", "--allow-delete", s.Bucket, dir)
 			cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+s.AccessKey, "AWS_SECRET_ACCESS_KEY="+s.SecretKey)
 			return cmd
 		}},
@@ -51,12 +51,12 @@ func clients(mounter string) []client {
 	}
 }
 
-// requireTools fails when a compared client is not installed.
+// requireTools fails when fio or a compared client is not installed.
 func requireTools(b *testing.B) {
 	b.Helper()
-	for _, tool := range []string{"s3fs", "rclone"} {
+	for _, tool := range []string{"fio", "s3fs", "rclone"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			b.Fatalf("%s not found: apt-get install -y s3fs rclone", tool)
+			b.Fatalf("%s not found: apt-get install -y fio s3fs rclone (make bench-deps)", tool)
 		}
 	}
 	if os.Geteuid() != 0 {
