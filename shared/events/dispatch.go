@@ -23,6 +23,7 @@ func (c *Consumer) handle(ctx context.Context, msg jetstream.Msg) {
 	delivered := uint64(1)
 	if meta, err := msg.Metadata(); err == nil {
 		delivered = meta.NumDelivered
+		c.cfg.Metrics.observe(c.cfg.Durable, meta.NumPending)
 		log = log.WithValues("streamSeq", meta.Sequence.Stream, "delivery", delivered)
 	}
 

@@ -60,6 +60,8 @@ type ConsumerConfig struct {
 	// DeliverPolicy is where a newly created durable starts (default all retained events).
 	// The server refuses to change it on an existing consumer.
 	DeliverPolicy jetstream.DeliverPolicy
+	// Metrics, when set, receives the consumer's lag at every delivery.
+	Metrics *ConsumerMetrics
 }
 
 func (c ConsumerConfig) withDefaults() ConsumerConfig {
@@ -162,6 +164,7 @@ func (c *Consumer) consume(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("create or update consumer %s: %w", c.cfg.Durable, err)
 	}
+	c.cfg.Metrics.observe(c.cfg.Durable, cons.CachedInfo().NumPending)
 	it, err := cons.Messages(jetstream.PullMaxMessages(pullBatch))
 	if err != nil {
 		return fmt.Errorf("iterate consumer %s: %w", c.cfg.Durable, err)

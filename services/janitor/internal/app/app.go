@@ -55,10 +55,11 @@ func Run(ctx context.Context, opts *options.Options) error {
 // service holds the janitor's parts. It is built before it runs so that tests can reach the
 // admin server's bound address when listening on port 0, and the metrics.
 type service struct {
-	opts    *options.Options
-	admin   *admin.Server
-	metrics *cleanup.Metrics
-	events  *events.OutboxMetrics
+	opts     *options.Options
+	admin    *admin.Server
+	metrics  *cleanup.Metrics
+	events   *events.OutboxMetrics
+	consumer *events.ConsumerMetrics
 }
 
 func newService(opts *options.Options) (*service, error) {
@@ -67,7 +68,12 @@ func newService(opts *options.Options) (*service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &service{opts: opts, admin: admin.New(opts.AdminAddr, reg), metrics: cleanup.NewMetrics(reg), events: eventMetrics}, nil
+	consumerMetrics, err := events.NewConsumerMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	return &service{opts: opts, admin: admin.New(opts.AdminAddr, reg), metrics: cleanup.NewMetrics(reg),
+		events: eventMetrics, consumer: consumerMetrics}, nil
 }
 
 // run starts the admin server and the manager under one errgroup: the first to fail cancels the
@@ -150,7 +156,7 @@ func (s *service) build(ctx context.Context, log logr.Logger) (manager.Manager, 
 	}
 	_, triggers, err := cleanup.Setup(ctx, mgr, s.cleanupConfig(), notify, s.metrics, log)
 	if err == nil && js != nil {
-		err = addConsumer(mgr, js, triggers, log)
+		err = addConsumer(mgr, js, triggers, s.consumer, log)
 	}
 	if err != nil {
 		if nc != nil {
@@ -188,11 +194,14 @@ func connect(ctx context.Context, url string, auth events.Auth, log logr.Logger)
 // addConsumer adds the durable consumer of the events that trigger targeted checks. It is a
 // leader-elected runnable: the checks it queues run on the leader only. A new durable starts
 // with new events: old ones describe what the sweep has long handled.
-func addConsumer(mgr manager.Manager, js jetstream.JetStream, triggers *cleanup.Triggers, log logr.Logger) error {
+func addConsumer(mgr manager.Manager, js jetstream.JetStream, triggers *cleanup.Triggers,
+	metrics *events.ConsumerMetrics, log logr.Logger,
+) error {
 	cons, err := events.NewConsumer(js, events.ConsumerConfig{
 		Durable:        ConsumerName,
 		FilterSubjects: cleanup.EventSubjects(),
 		DeliverPolicy:  jetstream.DeliverNewPolicy,
+		Metrics:        metrics,
 	}, triggers.HandleEvent, log)
 	if err != nil {
 		return fmt.Errorf("create event consumer: %w", err)

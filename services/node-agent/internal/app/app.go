@@ -108,6 +108,10 @@ func newService(ctx context.Context, opts *options.Options, cfg *rest.Config) (*
 	if err != nil {
 		return nil, err
 	}
+	consumerMetrics, err := events.NewConsumerMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
 	waiter := attach.NewWaiter(opts.NodeName, api, opts.AttachmentRereadPeriod, m)
 	locks := &keymutex.Mutex{}
 	s := &service{opts: opts, admin: admin.New(opts.AdminAddr, reg), pods: pods}
@@ -115,7 +119,7 @@ func newService(ctx context.Context, opts *options.Options, cfg *rest.Config) (*
 	pods.Observe(s.cleaner.Observe)
 	var sink csi.EventSink
 	if opts.NATSURL != "" {
-		if err := s.connectEvents(ctx, waiter, m, eventMetrics, log); err != nil {
+		if err := s.connectEvents(ctx, waiter, m, eventMetrics, consumerMetrics, log); err != nil {
 			return nil, err
 		}
 		sink = s.outbox
@@ -148,7 +152,7 @@ func newService(ctx context.Context, opts *options.Options, cfg *rest.Config) (*
 // connectEvents sets up the consumer of this node's events and the audit publisher. The
 // connection retries in the background: NATS being down never stops the node-agent.
 func (s *service) connectEvents(ctx context.Context, waiter *attach.Waiter, m *metrics.Metrics,
-	eventMetrics *events.OutboxMetrics, log logr.Logger,
+	eventMetrics *events.OutboxMetrics, consumerMetrics *events.ConsumerMetrics, log logr.Logger,
 ) error {
 	nc, err := events.Connect(ctx, s.opts.NATSURL, "s3csi-node-agent/"+s.opts.NodeName, log.WithName("nats"),
 		s.opts.NATSAuth.Options()...)
@@ -161,7 +165,9 @@ func (s *service) connectEvents(ctx context.Context, waiter *attach.Waiter, m *m
 		return fmt.Errorf("open JetStream: %w", err)
 	}
 	h := &notify.Handler{Node: s.opts.NodeName, Waker: waiter, Unmount: s.cleaner, Counter: m}
-	consumer, err := events.NewConsumer(js, notify.ConsumerConfig(s.opts.NodeName), h.Handle, log.WithName("events"))
+	cfg := notify.ConsumerConfig(s.opts.NodeName)
+	cfg.Metrics = consumerMetrics
+	consumer, err := events.NewConsumer(js, cfg, h.Handle, log.WithName("events"))
 	if err != nil {
 		nc.Close()
 		return err
