@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/nats-io/nats.go"
@@ -130,6 +131,10 @@ func (s *service) build(ctx context.Context, log logr.Logger) (manager.Manager, 
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("create manager: %w", err)
+	}
+	// The API server answered above: one check tells whether the CRD lets it filter attachments.
+	if err := servicecmd.CheckCRD(logr.NewContext(ctx, log), mgr.GetAPIReader(), 5*time.Second); err != nil {
+		return nil, nil, err
 	}
 	s.admin.AddReadyCheck(admin.Check{Name: "informer-sync", Fn: func(ctx context.Context) error {
 		if !mgr.GetCache().WaitForCacheSync(ctx) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/nats-io/nats.go"
@@ -62,6 +63,7 @@ func Run(ctx context.Context, opts *options.Options) error {
 // reach the admin server's bound address when listening on port 0.
 type service struct {
 	opts    *options.Options
+	api     client.Reader
 	admin   *admin.Server
 	pods    *podwatch.Watcher
 	server  *csi.Server
@@ -114,7 +116,7 @@ func newService(ctx context.Context, opts *options.Options, cfg *rest.Config) (*
 	}
 	waiter := attach.NewWaiter(opts.NodeName, api, opts.AttachmentRereadPeriod, m)
 	locks := &keymutex.Mutex{}
-	s := &service{opts: opts, admin: admin.New(opts.AdminAddr, reg), pods: pods}
+	s := &service{opts: opts, api: api, admin: admin.New(opts.AdminAddr, reg), pods: pods}
 	s.cleaner = cleanup.New(opts.KubeletDir, pods, locks, opts.CleanupPeriod, m)
 	pods.Observe(s.cleaner.Observe)
 	var sink csi.EventSink
@@ -192,6 +194,7 @@ func (s *service) run(ctx context.Context) error {
 	}
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return s.admin.Start(ctx) })
+	g.Go(func() error { return servicecmd.CheckCRD(ctx, s.api, 10*time.Second) })
 	g.Go(func() error { return s.pods.Start(ctx) })
 	g.Go(func() error { return s.grpc.Start(ctx) })
 	if s.consumer != nil {
