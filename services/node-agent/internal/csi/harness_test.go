@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -113,6 +114,19 @@ func (b *logBuffer) all() string {
 		out += l + "\n"
 	}
 	return out
+}
+
+// count returns how many lines hold s.
+func (b *logBuffer) count(s string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := 0
+	for _, l := range b.buf {
+		if strings.Contains(l, s) {
+			n++
+		}
+	}
+	return n
 }
 
 // node is one node-agent's CSI node service against the shared API server, with a kubelet dir.

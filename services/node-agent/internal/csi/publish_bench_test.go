@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/uuid"
@@ -91,4 +92,59 @@ func recordWorkload(ctx context.Context, s3pa *s3csiv2.MountpointS3PodAttachment
 			return err
 		}
 	}
+}
+
+// BenchmarkPeriodicRepublish is scenario S14, kubelet's periodic republish of every volume of a
+// driver with requiresRepublish: republishTargets workloads share one mounted volume, and each
+// round republishes every target with its unchanged request, as kubelet does each sync period.
+// It reports a republish's p50 and p99, the API reads per republish (the first republish of a
+// target checks its attachment, later identical ones do not) and the info-level log lines per
+// republish.
+func BenchmarkPeriodicRepublish(b *testing.B) {
+	const republishTargets, rounds = 50, 10
+	n := startNode(b, nodeOptions{})
+	ctx := context.Background()
+	pv, first := "pv-storm", string(uuid.NewUUID())
+	mpName := mppod.Name(first, pv)
+	n.createMountpointPod(mpName)
+	s3pa := n.assign(pv, "vol", first, mpName)
+	var requests []*csipb.NodePublishVolumeRequest
+	for i := range republishTargets {
+		uid := first
+		if i > 0 {
+			uid = string(uuid.NewUUID())
+			if err := recordWorkload(ctx, s3pa, mpName, uid); err != nil {
+				b.Fatal(err)
+			}
+		}
+		r := publishRequest("vol", n.target(uuidOf(uid), pv), "bucket-b", uuidOf(uid))
+		if _, err := n.client.NodePublishVolume(ctx, r); err != nil {
+			b.Fatalf("publish %d: %v", i, err)
+		}
+		requests = append(requests, r)
+	}
+	finds, infoLines := n.finds.Load(), n.logs.count(`"level"=0`)
+	var samples []time.Duration
+	b.ResetTimer()
+	for b.Loop() {
+		for range rounds {
+			for _, r := range requests {
+				start := time.Now()
+				if _, err := n.client.NodePublishVolume(ctx, r); err != nil {
+					b.Fatalf("republish %s: %v", r.TargetPath, err)
+				}
+				samples = append(samples, time.Since(start))
+			}
+		}
+	}
+	b.StopTimer()
+	slices.Sort(samples)
+	pct := func(p float64) float64 {
+		return float64(samples[int(p*float64(len(samples)-1))].Microseconds()) / 1000
+	}
+	b.ReportMetric(pct(0.50), "p50-ms")
+	b.ReportMetric(pct(0.99), "p99-ms")
+	b.ReportMetric(float64(n.finds.Load()-finds)/float64(len(samples)), "API-reads/republish")
+	b.ReportMetric(float64(n.logs.count(`"level"=0`)-infoLines)/float64(len(samples)), "info-lines/republish")
+	b.ReportMetric(0, "ns/op")
 }
