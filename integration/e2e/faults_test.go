@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -318,14 +319,25 @@ func lastLines(s string, n int) string {
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
-// A Mountpoint Pod the node has no room for (S15): the workload's events say so, with the
-// scheduler's reason, within seconds, instead of a silent ContainerCreating; deleting the
-// workload removes the unplaced Mountpoint Pod and its attachment.
-func TestAnUnschedulableMountpointPodIsNamedInTheWorkloadsEvents(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+// TestAnUnschedulableMountpointPodIsNamedAndMountsOnceCapacityFrees is scenario S15: a pod
+// takes the node's free memory, so the Mountpoint Pod of a new workload (512 MiB requested)
+// cannot be scheduled. The workload gets a Warning Event naming the scheduler's reason; once the
+// pod that held the memory goes, the Mountpoint Pod is scheduled and the workload mounts and
+// runs with no action of anyone.
+func TestAnUnschedulableMountpointPodIsNamedAndMountsOnceCapacityFrees(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	ns := namespace(t, "unschedulable")
-	pv := staticClaim(ctx, t, ns, "data", fixture.WithVolumeAttribute("mountpointContainerResourcesRequestsMemory", "1Ti"))
+	pv := staticClaim(ctx, t, ns, "data", fixture.WithVolumeAttribute("mountpointContainerResourcesRequestsMemory", "512Mi"))
+
+	hog := busybox(ns, "hog", "sleep 3600")
+	free := freeMemory(ctx, t)
+	hog.Spec.Containers[0].Resources.Requests = corev1.ResourceList{
+		corev1.ResourceMemory: *resource.NewQuantity(free-256<<20, resource.BinarySI),
+	}
+	create(ctx, t, hog)
+	waitRunning(ctx, t, hog)
+
 	pod := busybox(ns, "w", "cat /data/seed.txt", claimVolume("data", "data"))
 	start := time.Now()
 	create(ctx, t, pod)
@@ -336,6 +348,15 @@ func TestAnUnschedulableMountpointPodIsNamedInTheWorkloadsEvents(t *testing.T) {
 		return nil
 	})
 	t.Logf("the workload's event named the cause %s after the workload was created", time.Since(start).Round(100*time.Millisecond))
+
+	if err := k8s.Delete(ctx, hog); err != nil {
+		t.Fatal(err)
+	}
+	freed := time.Now()
+	if got := waitPodDone(ctx, t, pod); !strings.Contains(got, "seed") {
+		t.Errorf("the workload read %q, want the seeded object", got)
+	}
+	t.Logf("the workload ran %s after the memory was freed", time.Since(freed).Round(100*time.Millisecond))
 	if err := k8s.Delete(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
@@ -349,4 +370,28 @@ func TestAnUnschedulableMountpointPodIsNamedInTheWorkloadsEvents(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// freeMemory is the node's allocatable memory less the memory requested by the pods on it that
+// have not ended, in bytes: what the scheduler can still give.
+func freeMemory(ctx context.Context, t testing.TB) int64 {
+	t.Helper()
+	var node corev1.Node
+	if err := k8s.Get(ctx, client.ObjectKey{Name: cfg.NodeName}, &node); err != nil {
+		t.Fatal(err)
+	}
+	free := node.Status.Allocatable.Memory().Value()
+	var pods corev1.PodList
+	if err := k8s.List(ctx, &pods); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		if p.Spec.NodeName != cfg.NodeName || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		for _, c := range p.Spec.Containers {
+			free -= c.Resources.Requests.Memory().Value()
+		}
+	}
+	return free
 }
