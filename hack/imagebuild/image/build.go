@@ -111,6 +111,7 @@ func Image(s *Spec) (v1.Image, error) {
 		RootFS:       v1.RootFS{Type: "layers"},
 		Config: v1.Config{
 			Entrypoint: s.Entrypoint,
+			Cmd:        s.Cmd,
 			User:       strconv.Itoa(s.UID),
 			Env:        s.env(),
 			WorkingDir: "/",

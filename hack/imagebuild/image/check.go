@@ -48,6 +48,9 @@ func Check(s *Spec, path string) error {
 	if !slices.Equal(cfg.Config.Entrypoint, s.Entrypoint) {
 		wrong("entrypoint", cfg.Config.Entrypoint, s.Entrypoint)
 	}
+	if !slices.Equal(cfg.Config.Cmd, s.Cmd) {
+		wrong("cmd", cfg.Config.Cmd, s.Cmd)
+	}
 	if want := strconv.Itoa(s.UID); cfg.Config.User != want {
 		wrong("user", cfg.Config.User, want)
 	}

@@ -17,9 +17,9 @@ func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 
 // specFlags are the command-line flags that describe a Spec.
 type specFlags struct {
-	ref, created                               string
-	uid                                        int
-	files, symlinks, dirs, entrypoint, env, lb listFlag
+	ref, created                                    string
+	uid                                             int
+	files, symlinks, dirs, entrypoint, cmd, env, lb listFlag
 }
 
 // AddSpecFlags registers the flags of a Spec on fs and returns a function that builds the Spec
@@ -33,13 +33,14 @@ func AddSpecFlags(fs *flag.FlagSet) func() (*Spec, error) {
 	fs.Var(&f.symlinks, "symlink", "IMAGE_PATH=TARGET: add a symbolic link (repeatable)")
 	fs.Var(&f.dirs, "dir", "IMAGE_PATH=OCTAL_MODE: add a directory, e.g. /tmp=1777 (repeatable)")
 	fs.Var(&f.entrypoint, "entrypoint", "entrypoint word; the first is the program (repeatable)")
+	fs.Var(&f.cmd, "cmd", "default argument of the entrypoint (repeatable)")
 	fs.Var(&f.env, "env", "KEY=VALUE in the image config (repeatable; PATH has a default)")
 	fs.Var(&f.lb, "label", "KEY=VALUE label of the image config (repeatable)")
 	return f.spec
 }
 
 func (f *specFlags) spec() (*Spec, error) {
-	s := &Spec{Ref: f.ref, UID: f.uid, Entrypoint: f.entrypoint, Env: f.env, Labels: map[string]string{}}
+	s := &Spec{Ref: f.ref, UID: f.uid, Entrypoint: f.entrypoint, Cmd: f.cmd, Env: f.env, Labels: map[string]string{}}
 	if f.created == "" {
 		return nil, fmt.Errorf("parse flags: -created is required (reproducible builds)")
 	}

@@ -184,16 +184,25 @@ func TestCheckReportsEveryDifference(t *testing.T) {
 	other := *s
 	other.UID = 0
 	other.Entrypoint = []string{"/s3csi-test"}
+	other.Cmd = []string{"pause"}
 	other.Labels = map[string]string{"org.opencontainers.image.licenses": "GPL-2.0-only"}
 	other.Symlinks = []Symlink{{Path: "/bin/test", Target: "/elsewhere"}}
 	err := Check(&other, out)
 	if err == nil {
 		t.Fatal("check passed against a different spec")
 	}
-	for _, want := range []string{"user is 65532", "entrypoint", "label org.opencontainers.image.licenses", "points to /s3csi-test"} {
+	for _, want := range []string{"user is 65532", "entrypoint", "cmd is [], want [pause]", "label org.opencontainers.image.licenses", "points to /s3csi-test"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("check error lacks %q:\n%v", want, err)
 		}
+	}
+}
+
+func TestACmdWithoutEntrypointIsTheProgram(t *testing.T) {
+	s := testSpec(t, t.TempDir())
+	s.Entrypoint, s.Cmd = nil, []string{"/bin/test", "-x"}
+	if err := s.Validate(); err != nil {
+		t.Errorf("validate refused a cmd naming a link of the image: %v", err)
 	}
 }
 
@@ -203,7 +212,8 @@ func TestValidateRefusesBrokenSpecs(t *testing.T) {
 		modify func(*Spec)
 	}{
 		{"an entrypoint outside the image", func(s *Spec) { s.Entrypoint = []string{"/nowhere"} }},
-		{"no entrypoint", func(s *Spec) { s.Entrypoint = nil }},
+		{"no entrypoint and no cmd", func(s *Spec) { s.Entrypoint = nil }},
+		{"a cmd outside the image and no entrypoint", func(s *Spec) { s.Entrypoint, s.Cmd = nil, []string{"/nowhere"} }},
 		{"a relative path", func(s *Spec) { s.Files[0].Path = "s3csi-test" }},
 		{"a path given twice", func(s *Spec) { s.Dirs = append(s.Dirs, Dir{Path: "/bin/test", Mode: 0o755}) }},
 		{"an env without =", func(s *Spec) { s.Env = []string{"FOO"} }},

@@ -56,8 +56,11 @@ type Spec struct {
 	Symlinks []Symlink
 	// Dirs are created with their mode; parents of files are created 0755.
 	Dirs []Dir
-	// Entrypoint is the command; Entrypoint[0] must be one of Files or Symlinks.
+	// Entrypoint is the command; Entrypoint[0] must be one of Files or Symlinks. It may be empty
+	// when Cmd is not: Cmd[0] is then the program.
 	Entrypoint []string
+	// Cmd holds the default arguments of the entrypoint, used when a container gives none.
+	Cmd []string
 	// UID is the default user (and group); /etc/passwd and /etc/group name it.
 	UID int
 	// Env holds KEY=VALUE pairs; PATH defaults to DefaultPath.
@@ -73,8 +76,9 @@ func (s *Spec) Validate() error {
 	if s.Ref == "" {
 		return fmt.Errorf("validate spec: a reference is required")
 	}
-	if len(s.Entrypoint) == 0 {
-		return fmt.Errorf("validate spec %s: an entrypoint is required", s.Ref)
+	program := s.program()
+	if program == "" {
+		return fmt.Errorf("validate spec %s: an entrypoint or a cmd is required", s.Ref)
 	}
 	if s.UID < 0 {
 		return fmt.Errorf("validate spec %s: uid %d is negative", s.Ref, s.UID)
@@ -89,8 +93,8 @@ func (s *Spec) Validate() error {
 		}
 		paths[p] = true
 	}
-	if !paths[s.Entrypoint[0]] {
-		return fmt.Errorf("validate spec %s: entrypoint %q is not a file or symlink of the image", s.Ref, s.Entrypoint[0])
+	if !paths[program] {
+		return fmt.Errorf("validate spec %s: program %q is not a file or symlink of the image", s.Ref, program)
 	}
 	for _, e := range s.Env {
 		if !strings.Contains(e, "=") {
@@ -98,6 +102,18 @@ func (s *Spec) Validate() error {
 		}
 	}
 	return nil
+}
+
+// program is what a container runs when it gives no command of its own: the entrypoint's first
+// word, or the cmd's when there is no entrypoint.
+func (s *Spec) program() string {
+	switch {
+	case len(s.Entrypoint) > 0:
+		return s.Entrypoint[0]
+	case len(s.Cmd) > 0:
+		return s.Cmd[0]
+	}
+	return ""
 }
 
 func (s *Spec) layerPaths() []string {
