@@ -87,8 +87,8 @@ demo: cluster-up ## Start the cluster, install the chart and show a bucket mount
 	hack/demo.sh
 
 .PHONY: e2e
-e2e: cluster-up ## Run the end-to-end suite on the cluster (started if needed).
-	cd integration && GOWORK=off $(GO) test -count=1 -timeout=30m -tags=e2e ./e2e/...
+e2e: e2e-upstream-bins cluster-up ## Run the end-to-end suite on the cluster (started if needed), Kubernetes' storage tests included.
+	cd integration && GOWORK=off $(GO) test -count=1 -timeout=80m -tags=e2e ./e2e/...
 
 .PHONY: cluster-up
 cluster-up: cluster-deps cluster-bins tools-test images $(CLUSTER) ## Start the cluster (or reuse the running one) and load the images.
@@ -164,12 +164,13 @@ BUSYBOX_APPLETS     := ash awk basename cat chmod chown cp cut date dd df diff d
 IMAGE_GO       = cd $(1) && GOWORK=off CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath
 IMAGE_LDFLAGS  := -s -w $(LDFLAGS)
 
-# $(call image,NAME,TAG,UID,LICENSES,PACKAGED_VERSION,FLAGS) defines IMAGE_OUT_NAME, the tarball of
-# docker.io/s3csi/NAME:TAG, and IMAGE_ARGS_NAME, the spec `imagebuild build` and `check` take.
+# $(call image,NAME,TAG,UID,LICENSES,PACKAGED_VERSION,FLAGS[,REPOSITORY]) defines IMAGE_OUT_NAME, the
+# tarball of REPOSITORY:TAG (default docker.io/s3csi/NAME), and IMAGE_ARGS_NAME, the spec
+# `imagebuild build` and `check` take.
 define image
 IMAGE_OUT_$(1)  = $(IMAGES_DIR)/s3csi-$(1)-$(2).tar
-IMAGE_ARGS_$(1) = -ref docker.io/s3csi/$(1):$(2) -user $(3) -created $(GIT_CREATED) -dir /tmp=1777 \
-  -label org.opencontainers.image.title=s3csi/$(1) -label org.opencontainers.image.version=$(5) \
+IMAGE_ARGS_$(1) = -ref $(or $(7),docker.io/s3csi/$(1)):$(2) -user $(3) -created $(GIT_CREATED) -dir /tmp=1777 \
+  -label org.opencontainers.image.title=$(or $(7),s3csi/$(1)) -label org.opencontainers.image.version=$(5) \
   -label org.opencontainers.image.source=$(IMAGE_SOURCE) -label org.opencontainers.image.revision=$(GIT_REVISION) \
   -label org.opencontainers.image.created=$(GIT_CREATED) -label org.opencontainers.image.licenses=$(4) $(6)
 endef
@@ -183,10 +184,25 @@ $(eval $(call image,nats,$(VERSION),65532,Apache-2.0,$(NATS_VERSION),$(call bin_
 $(eval $(call image,csi-provisioner,$(VERSION),65532,Apache-2.0,$(PROVISIONER_VERSION),$(call bin_flags,csi-provisioner)))
 $(eval $(call image,pause,3.10,65532,Apache-2.0,$(VERSION),-file /pause=$(IMAGE_BIN)/s3csi-pause -entrypoint /pause))
 $(eval $(call image,coredns,1.15.0,0,Apache-2.0,$(COREDNS_VERSION),$(call bin_flags,coredns)))
-$(eval $(call image,busybox,1.35,0,GPL-2.0-only,1.35.0,-file /bin/busybox=$(BUSYBOX) -entrypoint /bin/sh \
-  $(foreach a,$(BUSYBOX_APPLETS),-symlink /bin/$(a)=busybox)))
+BUSYBOX_FILES := -file /bin/busybox=$(BUSYBOX) $(foreach a,$(BUSYBOX_APPLETS),-symlink /bin/$(a)=busybox)
+$(eval $(call image,busybox,1.35,0,GPL-2.0-only,1.35.0,$(BUSYBOX_FILES) -entrypoint /bin/sh))
+# Kubernetes' e2e suite runs its test images by their upstream names (test/utils/image/manifest.go
+# of v1.34.4); no registry is reachable, so they are built here: busybox from Debian's static
+# busybox, agnhost from Kubernetes' source (hack/kube-bins.sh), jessie-dnsutils (a shell and
+# coreutils for the multi-volume tests) as busybox. Like upstream, busybox has no entrypoint.
+# They link every applet of busybox, as upstream's busybox does (the suite's host-exec pods need
+# nsenter, for one).
+E2E_REGISTRY      := registry.k8s.io/e2e-test-images
+E2E_BUSYBOX_FILES := -file /bin/busybox=$(BUSYBOX) \
+  $(foreach a,$(filter-out busybox [ [[,$(shell $(BUSYBOX) --list 2>/dev/null)),-symlink /bin/$(a)=busybox)
+$(eval $(call image,e2e-busybox,1.37.0-1,0,GPL-2.0-only,1.35.0,$(E2E_BUSYBOX_FILES) -cmd /bin/sh,$(E2E_REGISTRY)/busybox))
+$(eval $(call image,e2e-jessie-dnsutils,1.7,0,GPL-2.0-only,1.35.0,$(E2E_BUSYBOX_FILES) -cmd /bin/sh,$(E2E_REGISTRY)/jessie-dnsutils))
+AGNHOST_LICENSES := 'Apache-2.0 AND GPL-2.0-only'
+$(eval $(call image,e2e-agnhost,2.56,0,$(AGNHOST_LICENSES),2.56,$(E2E_BUSYBOX_FILES) \
+  -file /agnhost=$$$${kube_bins}/agnhost -entrypoint /agnhost -cmd pause,$(E2E_REGISTRY)/agnhost))
 PRODUCT_IMAGES := controller pod-reconciler node-agent janitor mounter nats csi-provisioner
 CLUSTER_IMAGES := pause coredns busybox
+E2E_IMAGES     := e2e-busybox e2e-jessie-dnsutils e2e-agnhost
 
 .PHONY: images
 images: images-product images-cluster ## Build every image into bin/images/ (product and test cluster); cached.
@@ -216,6 +232,11 @@ images-cluster: $(IMAGEBUILD) ## Build the test cluster's images (pause, CoreDNS
 	@$(call IMAGE_GO,integration/cmd/s3csi-pause) -ldflags "$(IMAGE_LDFLAGS)" -o $(IMAGE_BIN)/ .
 	@$(call IMAGE_GO,hack/tools/coredns) -ldflags "-s -w" -o $(IMAGE_BIN)/coredns .
 	@$(foreach n,$(CLUSTER_IMAGES),$(IMAGEBUILD) build -out $(IMAGE_OUT_$(n)) $(IMAGE_ARGS_$(n)) &&) true
+
+.PHONY: e2e-upstream-bins
+e2e-upstream-bins: cluster-deps images-cluster ## Build Kubernetes' e2e suite (e2e.test) and its test images from source (once, ~10 min).
+	@kube_bins=$$(hack/kube-bins.sh e2e.test agnhost) && \
+	  $(foreach n,$(E2E_IMAGES),$(IMAGEBUILD) build -out $(IMAGE_OUT_$(n)) $(IMAGE_ARGS_$(n)) &&) true
 
 .PHONY: images-check
 images-check: $(IMAGEBUILD) ## Read every image tarball back and check it against its spec (entrypoint, user, labels, files).

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Builds Kubernetes binaries and etcd from the Go module proxy into a cache dir outside the
 # repository, each once per version, and prints the directory. Arguments name the binaries wanted
-# (default: all): kube-apiserver kubelet kube-scheduler kube-controller-manager kube-proxy kubectl etcd.
-# envtest needs kube-apiserver and etcd; the single-node cluster needs all of them.
+# (default: the cluster's seven): kube-apiserver kubelet kube-scheduler kube-controller-manager
+# kube-proxy kubectl etcd; also known are e2e.test (Kubernetes' e2e suite, for its External Storage
+# tests), ginkgo (the runner that runs it in parallel, at the version the suite links) and agnhost
+# (the suite's test image program). envtest needs kube-apiserver and etcd; the
+# single-node cluster needs the seven.
 #
 # Kubernetes is built through a throwaway module that requires k8s.io/kubernetes and maps every
 # staging module the way kubernetes' own go.mod does, to the published v0.Y.Z release. The version
@@ -20,16 +23,20 @@ want=("$@")
 
 kube_pkgs=()
 need_etcd=false
+need_e2e=false
 for b in "${want[@]}"; do
   [ -x "$dest/$b" ] && continue
   case "$b" in
     etcd) need_etcd=true ;;
     kubectl) kube_pkgs+=(k8s.io/kubernetes/cmd/kubectl) ;;
     kube-apiserver|kubelet|kube-scheduler|kube-controller-manager|kube-proxy) kube_pkgs+=("k8s.io/kubernetes/cmd/$b") ;;
-    *) echo "kube-bins: unknown binary $b (known: ${all[*]})" >&2; exit 2 ;;
+    agnhost) kube_pkgs+=(k8s.io/kubernetes/test/images/agnhost) ;;
+    ginkgo) kube_pkgs+=(github.com/onsi/ginkgo/v2/ginkgo) ;;
+    e2e.test) need_e2e=true ;;
+    *) echo "kube-bins: unknown binary $b (known: ${all[*]} e2e.test ginkgo agnhost)" >&2; exit 2 ;;
   esac
 done
-if [ ${#kube_pkgs[@]} -eq 0 ] && ! $need_etcd; then
+if [ ${#kube_pkgs[@]} -eq 0 ] && ! $need_etcd && ! $need_e2e; then
   echo "$dest"
   exit 0
 fi
@@ -42,7 +49,7 @@ trap 'rm -rf "$work"' EXIT
 minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
 staging_version="v0.${K8S_VERSION#v1.}"
 
-if [ ${#kube_pkgs[@]} -gt 0 ]; then
+if [ ${#kube_pkgs[@]} -gt 0 ] || $need_e2e; then
   (
     mkdir "$work/kube" && cd "$work/kube"
     gomod=$(go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",*$/\1/p')
@@ -60,7 +67,14 @@ if [ ${#kube_pkgs[@]} -gt 0 ]; then
     ldflags="$ldflags -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION"
     ldflags="$ldflags -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=$minor"
     mkdir out
-    go build -trimpath -ldflags "$ldflags" -o out/ "${kube_pkgs[@]}"
+    if [ ${#kube_pkgs[@]} -gt 0 ]; then
+      go build -trimpath -ldflags "$ldflags" -o out/ "${kube_pkgs[@]}"
+    fi
+    if $need_e2e; then
+      # The suite is the test binary of package test/e2e; its test-only requirements join the
+      # throwaway module's graph through -mod=mod.
+      go test -c -trimpath -ldflags "$ldflags" -o out/e2e.test k8s.io/kubernetes/test/e2e
+    fi
     mv out/* "$dest/"
   )
 fi
