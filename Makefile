@@ -235,7 +235,7 @@ images-cluster: $(IMAGEBUILD) ## Build the test cluster's images (pause, CoreDNS
 
 .PHONY: e2e-upstream-bins
 e2e-upstream-bins: cluster-deps images-cluster ## Build Kubernetes' e2e suite (e2e.test) and its test images from source (once, ~10 min).
-	@kube_bins=$$(hack/kube-bins.sh e2e.test agnhost) && \
+	@kube_bins=$$(hack/kube-bins.sh e2e.test ginkgo agnhost) && \
 	  $(foreach n,$(E2E_IMAGES),$(IMAGEBUILD) build -out $(IMAGE_OUT_$(n)) $(IMAGE_ARGS_$(n)) &&) true
 
 .PHONY: images-check
