@@ -192,13 +192,15 @@ $(eval $(call image,busybox,1.35,0,GPL-2.0-only,1.35.0,$(BUSYBOX_FILES) -entrypo
 # coreutils for the multi-volume tests) as busybox. Like upstream, busybox has no entrypoint.
 # They link every applet of busybox, as upstream's busybox does (the suite's host-exec pods need
 # nsenter, for one).
+# The applet list is read from busybox when a recipe uses it (a deferred variable, passed as
+# $$(...)), after cluster-deps has installed busybox, not when make starts.
 E2E_REGISTRY      := registry.k8s.io/e2e-test-images
-E2E_BUSYBOX_FILES := -file /bin/busybox=$(BUSYBOX) \
+E2E_BUSYBOX_FILES  = -file /bin/busybox=$(BUSYBOX) \
   $(foreach a,$(filter-out busybox [ [[,$(shell $(BUSYBOX) --list 2>/dev/null)),-symlink /bin/$(a)=busybox)
-$(eval $(call image,e2e-busybox,1.37.0-1,0,GPL-2.0-only,1.35.0,$(E2E_BUSYBOX_FILES) -cmd /bin/sh,$(E2E_REGISTRY)/busybox))
-$(eval $(call image,e2e-jessie-dnsutils,1.7,0,GPL-2.0-only,1.35.0,$(E2E_BUSYBOX_FILES) -cmd /bin/sh,$(E2E_REGISTRY)/jessie-dnsutils))
+$(eval $(call image,e2e-busybox,1.37.0-1,0,GPL-2.0-only,1.35.0,$$(E2E_BUSYBOX_FILES) -cmd /bin/sh,$(E2E_REGISTRY)/busybox))
+$(eval $(call image,e2e-jessie-dnsutils,1.7,0,GPL-2.0-only,1.35.0,$$(E2E_BUSYBOX_FILES) -cmd /bin/sh,$(E2E_REGISTRY)/jessie-dnsutils))
 AGNHOST_LICENSES := 'Apache-2.0 AND GPL-2.0-only'
-$(eval $(call image,e2e-agnhost,2.56,0,$(AGNHOST_LICENSES),2.56,$(E2E_BUSYBOX_FILES) \
+$(eval $(call image,e2e-agnhost,2.56,0,$(AGNHOST_LICENSES),2.56,$$(E2E_BUSYBOX_FILES) \
   -file /agnhost=$$$${kube_bins}/agnhost -entrypoint /agnhost -cmd pause,$(E2E_REGISTRY)/agnhost))
 PRODUCT_IMAGES := controller pod-reconciler node-agent janitor mounter nats csi-provisioner
 CLUSTER_IMAGES := pause coredns busybox
