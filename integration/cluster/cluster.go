@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/netip"
 	"os"
@@ -77,9 +78,13 @@ func (c Config) Up(ctx context.Context, logf func(string, ...any)) error {
 		{"kube-scheduler", c.startScheduler, func(ctx context.Context) error {
 			return httpOK(ctx, "https://127.0.0.1:10259/healthz")
 		}},
-		{"containerd", c.startContainerd, func(context.Context) error {
-			_, err := os.Stat(c.ContainerdSocket())
-			return err
+		{"containerd", c.startContainerd, func(ctx context.Context) error {
+			// A socket file alone proves nothing: one left by an earlier containerd refuses connections.
+			conn, err := (&net.Dialer{}).DialContext(ctx, "unix", c.ContainerdSocket())
+			if err != nil {
+				return err
+			}
+			return conn.Close()
 		}},
 		{"images", func() error { return c.LoadImages(logf) }, nil},
 		{"kubelet", c.startKubelet, func(ctx context.Context) error {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -76,6 +77,10 @@ func (c Config) startScheduler() error {
 func (c Config) startContainerd() error {
 	if err := os.MkdirAll(filepath.Dir(c.ContainerdSocket()), 0o711); err != nil {
 		return fmt.Errorf("create containerd run dir: %w", err)
+	}
+	// A socket left by a containerd that did not stop cleanly would pass for the new one's.
+	if err := os.Remove(c.ContainerdSocket()); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove stale containerd socket: %w", err)
 	}
 	path, err := exec.LookPath("containerd")
 	if err != nil {
