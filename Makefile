@@ -45,21 +45,27 @@ build: ## Compile every module (GOWORK=off), the service binaries and kubectl-s3
 	@cd cli && GOWORK=off CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/kubectl-s3csi
 
 .PHONY: test
-# What the e2e suite needs (host packages, Kubernetes binaries, images: about 20 minutes on a fresh
-# machine) is built at the lowest CPU priority while the module tests run, which leave a core idle
-# much of the time; its log is bin/e2e-prep.log. The e2e suite starts once both are done.
-test: envtest-bins ## Run every module's tests, then the e2e suite on the single-node cluster.
+# What the container and e2e suites need (host packages, Kubernetes binaries, images: about 20
+# minutes on a fresh machine) is built at the lowest CPU priority while the module tests run,
+# which leave a core idle much of the time; its log is bin/e2e-prep.log. The container suite,
+# then the e2e suite, start once both are done.
+test: envtest-bins ## Run every module's tests, the services as containers, then the e2e suite on the single-node cluster.
 	@mkdir -p $(BIN) && rm -f $(BIN)/e2e-prep.rc
 	@{ nice -n 19 $(MAKE) --no-print-directory e2e-prep > $(BIN)/e2e-prep.log 2>&1; echo $$? > $(BIN)/e2e-prep.rc; } & \
 	  status=0; $(MAKE) --no-print-directory test-modules || status=$$?; \
-	  echo "== waiting for the e2e suite's binaries and images (log: $(BIN)/e2e-prep.log)"; wait; \
+	  echo "== waiting for the binaries and images of the container and e2e suites (log: $(BIN)/e2e-prep.log)"; wait; \
 	  [ $$status = 0 ] || exit $$status; \
 	  [ "$$(cat $(BIN)/e2e-prep.rc)" = 0 ] || { echo "building what the e2e suite needs failed; the end of $(BIN)/e2e-prep.log:"; \
 	    tail -n 40 $(BIN)/e2e-prep.log; exit 1; }
+	@$(MAKE) --no-print-directory test-containers
 	@$(MAKE) --no-print-directory test-e2e
 
 .PHONY: e2e-prep
-e2e-prep: cluster-deps cluster-bins e2e-upstream-bins images $(CLUSTER) ## Build what the e2e suite needs: host packages, Kubernetes binaries, images (cached).
+e2e-prep: cluster-deps podman-deps cluster-bins e2e-upstream-bins images $(CLUSTER) ## Build what the container and e2e suites need: host packages, Kubernetes binaries, images (cached).
+
+.PHONY: test-containers
+test-containers: tools-test envtest-bins podman-deps images-product ## Run the services and NATS as containers under Podman (integration/containers).
+	cd integration && GOWORK=off $(GO) test $(GOTEST_FLAGS) -tags=containers ./containers/
 
 .PHONY: test-modules
 test-modules: tools-test envtest-bins ## Run every module's tests against the real API server, NATS, S3 and FUSE.
@@ -276,6 +282,10 @@ tools-test: $(VERSITYGW) $(HELM)
 
 .PHONY: tools-verify
 tools-verify: $(CONTROLLER_GEN) $(PROTOC_GEN_GO) $(BUF) $(GOLANGCI_LINT)
+
+.PHONY: podman-deps
+podman-deps: # Podman, whose Docker API the container tests drive (Debian's package).
+	@command -v podman >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman; }
 
 .PHONY: bench-deps
 bench-deps: # fio and the FUSE clients s3csi-mounter is compared with (Debian's s3fs and rclone).

@@ -16,6 +16,11 @@ const (
 	reconnectWait = 500 * time.Millisecond
 	// reconnectJitter spreads the reconnects of a whole DaemonSet after a NATS restart.
 	reconnectJitter = 500 * time.Millisecond
+	// pingInterval and maxPingsOut bound how long a connection that died silently (a network
+	// partition: no RST, no FIN) goes unnoticed: about pingInterval*(maxPingsOut+1), 30 s, where
+	// the client's defaults (2 min, 2) take 6 min, during which a consumer receives nothing.
+	pingInterval = 10 * time.Second
+	maxPingsOut  = 2
 )
 
 // Connect returns a connection to the NATS server at url that reconnects forever.
@@ -43,6 +48,8 @@ func Connect(ctx context.Context, url, name string, log logr.Logger, opts ...nat
 		nats.RetryOnFailedConnect(true),
 		nats.ReconnectWait(reconnectWait),
 		nats.ReconnectJitter(reconnectJitter, reconnectJitter),
+		nats.PingInterval(pingInterval),
+		nats.MaxPingsOutstanding(maxPingsOut),
 		nats.ConnectHandler(func(*nats.Conn) {
 			log.Info("connected to NATS")
 		}),

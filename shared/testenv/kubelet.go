@@ -38,7 +38,14 @@ func NewKubeletDir(parent string) (*KubeletDir, error) {
 // there propagate); the mount goes when the test ends. It needs root.
 func StartKubeletDir(t testing.TB) *KubeletDir {
 	t.Helper()
-	k, err := NewKubeletDir(t.TempDir())
+	return StartKubeletDirIn(t, t.TempDir())
+}
+
+// StartKubeletDirIn is StartKubeletDir under parent, for a short path: a unix socket's path
+// (the CSI socket under plugins/) is at most 107 bytes, and t.TempDir's can take most of them.
+func StartKubeletDirIn(t testing.TB, parent string) *KubeletDir {
+	t.Helper()
+	k, err := NewKubeletDir(parent)
 	if err != nil {
 		t.Fatal(err)
 	}
