@@ -47,7 +47,7 @@ build: ## Compile every module (GOWORK=off), the service binaries and kubectl-s3
 .PHONY: test
 # What the container and e2e suites need (host packages, Kubernetes binaries, images: about 20
 # minutes on a fresh machine) is built at the lowest CPU priority while the module tests run,
-# which leave a core idle much of the time; its log is bin/e2e-prep.log. The container suite,
+# taking only the CPU they leave idle; its log is bin/e2e-prep.log. The container suite,
 # then the e2e suite, start once both are done.
 test: envtest-bins ## Run every module's tests, the services as containers, then the e2e suite on the single-node cluster.
 	@mkdir -p $(BIN) && rm -f $(BIN)/e2e-prep.rc
