@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -121,11 +122,4 @@ func (a *audit) ids() map[string]uint64 {
 	return ids
 }
 
-func has(types []events.Type, want events.Type) bool {
-	for _, t := range types {
-		if t == want {
-			return true
-		}
-	}
-	return false
-}
+func has(types []events.Type, want events.Type) bool { return slices.Contains(types, want) }

@@ -5,7 +5,9 @@ package containers
 import (
 	"context"
 	"fmt"
+	"maps"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -239,7 +241,7 @@ func TestTwoPodReconcilersHandTheLeaseOver(t *testing.T) {
 		}
 	}
 	if leaderC == nil || standby == nil {
-		t.Fatalf("Lease %s held by %q, which is neither container (hostnames %v)", lease.Name, leader, keys(hostnames))
+		t.Fatalf("Lease %s held by %q, which is neither container (hostnames %v)", lease.Name, leader, slices.Collect(maps.Keys(hostnames)))
 	}
 	pod1, target1, took := sys.mount("app-1")
 	t.Logf("Lease %s held by %s; first workload published in %s", lease.Name, leader, took.Round(time.Millisecond))
@@ -262,12 +264,4 @@ func TestTwoPodReconcilersHandTheLeaseOver(t *testing.T) {
 	pod2, target2, took := sys.mount("app-2")
 	t.Logf("second workload published in %s by the new leader", took.Round(time.Millisecond))
 	sys.end([]*corev1.Pod{pod1, pod2}, []string{target1, target2})
-}
-
-func keys[V any](m map[string]V) []string {
-	var ks []string
-	for k := range m {
-		ks = append(ks, k)
-	}
-	return ks
 }

@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/s3csi/s3csi/shared/fixture"
@@ -197,12 +198,10 @@ func (k *mountpointKubelet) startPod(ctx context.Context, pod *corev1.Pod) error
 
 func (k *mountpointKubelet) setRunning(ctx context.Context, pod *corev1.Pod) error {
 	pod.Status.Phase = corev1.PodRunning
-	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: pod.Spec.Containers[0].Name, Ready: true, Started: ptrTrue(),
+	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: pod.Spec.Containers[0].Name, Ready: true, Started: ptr.To(true),
 		State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
 	if err := k.s.api.Client.Status().Update(ctx, pod); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("set Mountpoint Pod %s Running: %w", pod.Name, err)
 	}
 	return nil
 }
-
-func ptrTrue() *bool { b := true; return &b }
