@@ -74,9 +74,12 @@ func TestKubernetesExternalStorageSuite(t *testing.T) {
 	cmd.Dir = reportDir
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.WaitDelay = 10 * time.Second
+	mpLogs := filepath.Join(reportDir, "mountpoint-pods")
+	stopKeeping := keepMountpointLogs(mpLogs)
 	start := time.Now()
-	t.Logf("running Kubernetes' External Storage tests (log: %s)", logFile.Name())
+	t.Logf("running Kubernetes' External Storage tests (log: %s; the Mountpoint Pods' logs: %s)", logFile.Name(), mpLogs)
 	runErr := cmd.Run()
+	stopKeeping()
 	t.Logf("the suite ran %s", time.Since(start).Round(time.Second))
 
 	rep, err := readGinkgoReport(filepath.Join(reportDir, "ginkgo", "report.json"))
@@ -91,6 +94,9 @@ func TestKubernetesExternalStorageSuite(t *testing.T) {
 	}
 	for _, f := range s.failed {
 		t.Errorf("failed: %s\n%s", f.name, f.message)
+	}
+	if len(s.failed) > 0 {
+		t.Logf("the Mountpoint Pods' errors during the suite:\n%s", mountpointErrors(mpLogs))
 	}
 	if len(s.passed) == 0 {
 		t.Errorf("no test of the suite passed: the focus %q matched nothing that ran", upstreamFocus)
@@ -162,7 +168,9 @@ type ginkgoReport struct {
 		LeafNodeType            string
 		LeafNodeText            string
 		State                   string
-		Failure                 struct {
+		// CapturedGinkgoWriterOutput is the spec's timeline: its steps and the framework's log.
+		CapturedGinkgoWriterOutput string
+		Failure                    struct {
 			Message  string
 			Location struct {
 				FileName   string
@@ -197,6 +205,10 @@ type summary struct {
 	matched map[string]bool
 }
 
+// failureTimelineLines is how much of a failed spec's timeline the test prints: enough for the
+// steps before the failure and the namespace's events the framework dumps after it.
+const failureTimelineLines = 60
+
 // summarize sorts the tests of the focus by outcome; skips tells a test skip.txt excluded from one
 // the suite skipped itself.
 func (r *ginkgoReport) summarize(skips skipList) summary {
@@ -212,8 +224,9 @@ func (r *ginkgoReport) summarize(skips skipList) summary {
 			continue
 		case "skipped", "pending":
 		default: // failed, panicked, interrupted, aborted, timedout: a suite node's too.
-			s.failed = append(s.failed, failedSpec{name: sp.LeafNodeType + " " + name, message: fmt.Sprintf("%s (%s:%d)",
-				sp.Failure.Message, sp.Failure.Location.FileName, sp.Failure.Location.LineNumber)})
+			s.failed = append(s.failed, failedSpec{name: sp.LeafNodeType + " " + name, message: fmt.Sprintf("%s (%s:%d)\nthe end of its timeline:\n%s",
+				sp.Failure.Message, sp.Failure.Location.FileName, sp.Failure.Location.LineNumber,
+				lastLines(sp.CapturedGinkgoWriterOutput, failureTimelineLines))})
 			continue
 		}
 		if sp.LeafNodeType != "It" {
@@ -245,4 +258,67 @@ func tailOf(file string, n int) string {
 		return err.Error()
 	}
 	return lastLines(string(data), n)
+}
+
+// keepMountpointLogs copies the Mountpoint Pods' container logs into dir every second until the
+// returned function is called.
+//
+// Problem: a test of the suite that fails deletes its namespace, so the Mountpoint Pods of its
+// volumes are deleted and kubelet removes their logs: the mounter's account of the failure was
+// gone by the time anyone read the report.
+// Solution: copy kubelet's log files of the Mountpoint Pods' namespace while the suite runs; each
+// copy overwrites the last, so dir holds every Mountpoint Pod's log up to its last second.
+func keepMountpointLogs(dir string) (stop func()) {
+	done, stopped := make(chan struct{}), make(chan struct{})
+	copyAll := func() {
+		files, _ := filepath.Glob(filepath.Join("/var/log/pods", mountpointNamespace+"_*", "*", "*.log"))
+		for _, f := range files {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				continue // the pod was removed meanwhile
+			}
+			podDir := filepath.Base(filepath.Dir(filepath.Dir(f)))
+			_ = os.MkdirAll(filepath.Join(dir, podDir), 0o755)
+			_ = os.WriteFile(filepath.Join(dir, podDir, filepath.Base(f)), data, 0o644)
+		}
+	}
+	go func() {
+		defer close(stopped)
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			copyAll()
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-stopped
+	}
+}
+
+// mountpointErrors is the error-level lines of the Mountpoint Pods' logs kept in dir, each with
+// its pod.
+func mountpointErrors(dir string) string {
+	files, _ := filepath.Glob(filepath.Join(dir, "*", "*.log"))
+	var b strings.Builder
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			if strings.Contains(line, `"level":"error"`) {
+				fmt.Fprintf(&b, "%s: %s\n", filepath.Base(filepath.Dir(f)), line)
+			}
+		}
+	}
+	if b.Len() == 0 {
+		return "(none)"
+	}
+	return b.String()
 }

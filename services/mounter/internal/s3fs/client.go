@@ -2,9 +2,11 @@ package s3fs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"syscall"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -14,7 +16,9 @@ import (
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/smithy-go/middleware"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
+	"github.com/go-logr/logr"
 
 	"github.com/s3csi/s3csi/shared/mountargs"
 	"github.com/s3csi/s3csi/shared/version"
@@ -90,6 +94,57 @@ func newClient(ctx context.Context, opts *mountargs.Options, creds aws.Credentia
 			o.AppID = opts.UserAgentPrefix
 		}
 		// The endpoint's logs tell which driver version sent a request.
-		o.APIOptions = append(o.APIOptions, awsmiddleware.AddUserAgentKeyValue(userAgentKey, version.Version))
+		o.APIOptions = append(o.APIOptions, awsmiddleware.AddUserAgentKeyValue(userAgentKey, version.Version),
+			func(st *middleware.Stack) error { return st.Initialize.Add(logFailures(cfg.Log), middleware.Before) })
 	}), nil
+}
+
+// logFailures logs every S3 request that failed after the SDK's retries, except the "not found"
+// answers a lookup expects.
+//
+// Problem: a failed request reaches the application only as an errno (EIO, EACCES), and the
+// operator reading the Mountpoint Pod's log could not tell which request failed, on which key,
+// after how long, or why (a timeout, a refused connection, a server error).
+// Solution: a middleware outside the retry loop that logs the operation, the key or prefix, the
+// time the request and its retries took, and the SDK's error. The error text holds the request's
+// URL and the server's answer, never a credential or a signature.
+func logFailures(log logr.Logger) middleware.InitializeMiddleware {
+	return middleware.InitializeMiddlewareFunc("s3csi-log-failures", func(
+		ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler,
+	) (middleware.InitializeOutput, middleware.Metadata, error) {
+		start := time.Now()
+		out, md, err := next.HandleInitialize(ctx, in)
+		if err != nil && toErrno(err) != syscall.ENOENT && !errors.Is(err, context.Canceled) {
+			log.Error(err, "S3 request failed", "operation", awsmiddleware.GetOperationName(ctx),
+				"key", keyOf(in.Parameters), "elapsed", time.Since(start).Round(time.Millisecond).String())
+		}
+		return out, md, err
+	})
+}
+
+// keyOf is the object key or listing prefix of an S3 request's input, "" for other requests.
+func keyOf(params any) string {
+	switch p := params.(type) {
+	case *s3.HeadObjectInput:
+		return aws.ToString(p.Key)
+	case *s3.GetObjectInput:
+		return aws.ToString(p.Key)
+	case *s3.PutObjectInput:
+		return aws.ToString(p.Key)
+	case *s3.DeleteObjectInput:
+		return aws.ToString(p.Key)
+	case *s3.CopyObjectInput:
+		return aws.ToString(p.Key)
+	case *s3.CreateMultipartUploadInput:
+		return aws.ToString(p.Key)
+	case *s3.UploadPartInput:
+		return aws.ToString(p.Key)
+	case *s3.CompleteMultipartUploadInput:
+		return aws.ToString(p.Key)
+	case *s3.AbortMultipartUploadInput:
+		return aws.ToString(p.Key)
+	case *s3.ListObjectsV2Input:
+		return aws.ToString(p.Prefix)
+	}
+	return ""
 }
