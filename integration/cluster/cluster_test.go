@@ -87,3 +87,47 @@ func TestRunningIgnoresAPIDReusedByAnotherProgram(t *testing.T) {
 		t.Fatalf("running() = %d, true for a PID that runs another executable", pid)
 	}
 }
+
+// TestTheBridgeKeepsItsAddressAsPortsComeAndGo: the pods' gateway is the bridge, and pods keep
+// its MAC address in their ARP cache. A Linux bridge whose address was never set takes the lowest
+// MAC of its ports, so a pod's veth joining or leaving changed the gateway's MAC under every
+// other pod, whose packets to the node then went nowhere until their ARP entry expired (a
+// Mountpoint Pod's S3 request hung 30 s and failed with EIO).
+func TestTheBridgeKeepsItsAddressAsPortsComeAndGo(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("this test creates a bridge: run it as root")
+	}
+	c := Defaults(t.TempDir(), t.TempDir())
+	c.Bridge, c.BridgeAddr = "s3csitest0", netip.MustParsePrefix("10.251.0.1/24")
+	t.Cleanup(func() { _ = c.bridgeDown() })
+	if err := c.bridgeUp(); err != nil {
+		t.Fatal(err)
+	}
+	before := bridgeMAC(t, c.Bridge)
+	// The lowest unicast MAC there is: a bridge that follows its ports takes it.
+	if err := run("ip", "link", "add", "s3csitestv0", "address", "00:00:00:00:00:01", "type", "veth", "peer", "name", "s3csitestv1"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = run("ip", "link", "del", "s3csitestv0") })
+	if err := run("ip", "link", "set", "s3csitestv0", "master", c.Bridge); err != nil {
+		t.Fatal(err)
+	}
+	if got := bridgeMAC(t, c.Bridge); got != before {
+		t.Errorf("a port joined: the bridge's MAC changed from %s to %s", before, got)
+	}
+	if err := run("ip", "link", "del", "s3csitestv0"); err != nil {
+		t.Fatal(err)
+	}
+	if got := bridgeMAC(t, c.Bridge); got != before {
+		t.Errorf("the port left: the bridge's MAC changed from %s to %s", before, got)
+	}
+}
+
+func bridgeMAC(t *testing.T, name string) string {
+	t.Helper()
+	ifc, err := net.InterfaceByName(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ifc.HardwareAddr.String()
+}

@@ -182,16 +182,32 @@ func writeSysctl(key, value string) error {
 
 // bridgeUp creates the pod network's bridge with the node's address before anything starts, so
 // the API server can advertise that address and kubelet can use it as the node IP.
+//
+// Problem: a Linux bridge whose MAC address was never set takes the lowest MAC of its ports, so
+// the pods' gateway changed its MAC whenever a pod's veth joined or left; the other pods' ARP
+// entries kept the old one and their packets to the node (the API server, S3) were lost until
+// the entries expired, up to about 30 s.
+// Solution: the bridge gets a fixed, locally administered MAC made of its IPv4 address; a MAC
+// set by hand is never replaced by a port's.
 func (c Config) bridgeUp() error {
 	if _, err := net.InterfaceByName(c.Bridge); err != nil {
 		if err := run("ip", "link", "add", c.Bridge, "type", "bridge"); err != nil {
 			return err
 		}
 	}
+	if err := run("ip", "link", "set", c.Bridge, "address", c.bridgeMAC()); err != nil {
+		return err
+	}
 	if err := run("ip", "addr", "replace", c.BridgeAddr.String(), "dev", c.Bridge); err != nil {
 		return err
 	}
 	return run("ip", "link", "set", c.Bridge, "up")
+}
+
+// bridgeMAC is 02:53 (locally administered, unicast) followed by the bridge's IPv4 address.
+func (c Config) bridgeMAC() string {
+	a := c.BridgeAddr.Addr().As4()
+	return fmt.Sprintf("02:53:%02x:%02x:%02x:%02x", a[0], a[1], a[2], a[3])
 }
 
 func (c Config) bridgeDown() error {
