@@ -122,7 +122,8 @@ func logFailures(log logr.Logger) middleware.InitializeMiddleware {
 	})
 }
 
-// keyOf is the object key or listing prefix of an S3 request's input, "" for other requests.
+// keyOf is the object key or listing prefix of the input of an S3 request the mounter sends, ""
+// for other requests.
 func keyOf(params any) string {
 	switch p := params.(type) {
 	case *s3.HeadObjectInput:
@@ -132,8 +133,6 @@ func keyOf(params any) string {
 	case *s3.PutObjectInput:
 		return aws.ToString(p.Key)
 	case *s3.DeleteObjectInput:
-		return aws.ToString(p.Key)
-	case *s3.CopyObjectInput:
 		return aws.ToString(p.Key)
 	case *s3.CreateMultipartUploadInput:
 		return aws.ToString(p.Key)
