@@ -134,6 +134,11 @@ func TestANodeAgentCutFromTheBusFallsBackThenCatchesUp(t *testing.T) {
 	sys := startSystem(t)
 	pod1, target1, took := sys.mount("app-1")
 	t.Logf("first workload published in %s", took.Round(time.Millisecond))
+	consumer := sys.nodeAgentConsumer()
+	testenv.Eventually(t, 30*time.Second, "the node-agent consumed the first workload's events before it is cut", func() bool {
+		info, err := consumer.Info(sys.ctx)
+		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
+	})
 
 	agentName := strings.TrimPrefix(containerName(t, sys.agent), "/")
 	if out, err := podman("network", "disconnect", sys.busNet, agentName); err != nil {
@@ -141,7 +146,6 @@ func TestANodeAgentCutFromTheBusFallsBackThenCatchesUp(t *testing.T) {
 	}
 	pod2, target2, took := sys.mount("app-2")
 	t.Logf("second workload published in %s with the node-agent cut from NATS (through the fallback)", took.Round(time.Millisecond))
-	consumer := sys.nodeAgentConsumer()
 	// Undelivered, or delivered into the cut connection and never acknowledged.
 	testenv.Eventually(t, 30*time.Second, "events for the cut node-agent wait in its consumer", func() bool {
 		info, err := consumer.Info(sys.ctx)
@@ -162,7 +166,8 @@ func TestANodeAgentCutFromTheBusFallsBackThenCatchesUp(t *testing.T) {
 	sys.end([]*corev1.Pod{pod1, pod2, pod3}, []string{target1, target2, target3})
 }
 
-// nodeAgentConsumer is the durable JetStream consumer of the stack's node-agent.
+// nodeAgentConsumer is the durable JetStream consumer of the stack's node-agent, once the
+// node-agent created it.
 func (sys *system) nodeAgentConsumer() jetstream.Consumer {
 	sys.t.Helper()
 	nc, err := nats.Connect(sys.natsURL)
@@ -174,10 +179,12 @@ func (sys *system) nodeAgentConsumer() jetstream.Consumer {
 	if err != nil {
 		sys.t.Fatal(err)
 	}
-	c, err := js.Consumer(sys.ctx, events.StreamName, events.NodeAgentDurable(sys.stack.node))
-	if err != nil {
-		sys.t.Fatalf("the node-agent's consumer %s: %v", events.NodeAgentDurable(sys.stack.node), err)
-	}
+	durable := events.NodeAgentDurable(sys.stack.node)
+	var c jetstream.Consumer
+	testenv.Eventually(sys.t, 30*time.Second, "the node-agent created its consumer "+durable, func() bool {
+		c, err = js.Consumer(sys.ctx, events.StreamName, durable)
+		return err == nil
+	})
 	return c
 }
 

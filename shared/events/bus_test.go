@@ -232,6 +232,38 @@ func TestConsumerWaitsForTheStream(t *testing.T) {
 	}
 }
 
+// TestAConsumerCreatesAMissingStream: a consumer given the stream's limits does not wait for a
+// publisher to create the stream: it creates it, with those limits, and its durable with it, so
+// the first event published after is delivered.
+func TestAConsumerCreatesAMissingStream(t *testing.T) {
+	b := newBus(t)
+	ctx := testContext(t, 20*time.Second)
+	if err := b.js.DeleteStream(ctx, events.StreamName); err != nil {
+		t.Fatalf("delete stream: %v", err)
+	}
+	rec := newRecorder(nil)
+	b.consume(t, events.ConsumerConfig{
+		Durable: "first", FilterSubjects: events.NodeSubjects("node-a"),
+		Stream: &events.StreamConfig{MaxAge: time.Hour},
+	}, rec.handle)
+	eventually(t, 10*time.Second, "the consumer created the stream and its durable", func() bool {
+		_, err := b.js.Consumer(ctx, events.StreamName, "first")
+		return err == nil
+	})
+	s, err := b.js.Stream(ctx, events.StreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.CachedInfo().Config.MaxAge; got != time.Hour {
+		t.Errorf("the stream keeps events %s, want the consumer's 1h", got)
+	}
+	e := b.publishAssigned(t, "node-a")
+	eventually(t, 10*time.Second, "the event was handled", func() bool { return rec.total() >= 1 })
+	if calls, _ := rec.snapshot(); calls[e.ID()] != 1 {
+		t.Errorf("handler calls %v, want %s once", calls, e.ID())
+	}
+}
+
 // publishAssigned publishes an attachment.assigned event about node with a random id.
 func (b *bus) publishAssigned(t *testing.T, node string) event.Event {
 	t.Helper()

@@ -62,6 +62,11 @@ type ConsumerConfig struct {
 	DeliverPolicy jetstream.DeliverPolicy
 	// Metrics, when set, receives the consumer's lag at every delivery.
 	Metrics *ConsumerMetrics
+	// Stream, when set, lets the consumer create the stream with these limits when it finds
+	// none (a fresh install, or a NATS without persistence restarted), so the durable exists
+	// from the service's start rather than after the first publish and a backoff. A service
+	// whose NATS user may not create the stream leaves it nil and waits for a publisher.
+	Stream *StreamConfig
 }
 
 func (c ConsumerConfig) withDefaults() ConsumerConfig {
@@ -153,14 +158,14 @@ func (c *Consumer) Start(ctx context.Context) error {
 
 // consume runs one iterator until it fails or ctx is done.
 func (c *Consumer) consume(ctx context.Context) error {
-	cons, err := c.js.CreateOrUpdateConsumer(ctx, StreamName, jetstream.ConsumerConfig{
-		Durable:        c.cfg.Durable,
-		FilterSubjects: c.cfg.FilterSubjects,
-		AckPolicy:      jetstream.AckExplicitPolicy,
-		AckWait:        c.cfg.AckWait,
-		MaxDeliver:     c.cfg.MaxDeliver,
-		DeliverPolicy:  c.cfg.DeliverPolicy,
-	})
+	cons, err := c.createOrUpdate(ctx)
+	if errors.Is(err, jetstream.ErrStreamNotFound) && c.cfg.Stream != nil {
+		if _, serr := EnsureStream(ctx, c.js, *c.cfg.Stream); serr != nil {
+			return fmt.Errorf("create consumer %s: no stream, and creating it failed: %w", c.cfg.Durable, serr)
+		}
+		c.log.Info("Created the event stream: there was none")
+		cons, err = c.createOrUpdate(ctx)
+	}
 	if err != nil {
 		return fmt.Errorf("create or update consumer %s: %w", c.cfg.Durable, err)
 	}
@@ -177,6 +182,17 @@ func (c *Consumer) consume(ctx context.Context) error {
 		}
 		c.handle(ctx, msg)
 	}
+}
+
+func (c *Consumer) createOrUpdate(ctx context.Context) (jetstream.Consumer, error) {
+	return c.js.CreateOrUpdateConsumer(ctx, StreamName, jetstream.ConsumerConfig{
+		Durable:        c.cfg.Durable,
+		FilterSubjects: c.cfg.FilterSubjects,
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		AckWait:        c.cfg.AckWait,
+		MaxDeliver:     c.cfg.MaxDeliver,
+		DeliverPolicy:  c.cfg.DeliverPolicy,
+	})
 }
 
 // stopIterator stops it and waits, boundedly, until its subscription is gone, so no goroutine

@@ -161,7 +161,7 @@ func (s *service) build(ctx context.Context, log logr.Logger) (manager.Manager, 
 	}
 	_, triggers, err := cleanup.Setup(ctx, mgr, s.cleanupConfig(), notify, s.metrics, log)
 	if err == nil && js != nil {
-		err = addConsumer(mgr, js, triggers, s.consumer, log)
+		err = addConsumer(mgr, js, triggers, s.consumer, s.opts.StreamConfig(), log)
 	}
 	if err != nil {
 		if nc != nil {
@@ -200,13 +200,14 @@ func connect(ctx context.Context, url string, auth events.Auth, log logr.Logger)
 // leader-elected runnable: the checks it queues run on the leader only. A new durable starts
 // with new events: old ones describe what the sweep has long handled.
 func addConsumer(mgr manager.Manager, js jetstream.JetStream, triggers *cleanup.Triggers,
-	metrics *events.ConsumerMetrics, log logr.Logger,
+	metrics *events.ConsumerMetrics, stream events.StreamConfig, log logr.Logger,
 ) error {
 	cons, err := events.NewConsumer(js, events.ConsumerConfig{
 		Durable:        ConsumerName,
 		FilterSubjects: cleanup.EventSubjects(),
 		DeliverPolicy:  jetstream.DeliverNewPolicy,
 		Metrics:        metrics,
+		Stream:         &stream,
 	}, triggers.HandleEvent, log)
 	if err != nil {
 		return fmt.Errorf("create event consumer: %w", err)

@@ -169,6 +169,8 @@ func (s *service) connectEvents(ctx context.Context, waiter *attach.Waiter, m *m
 	h := &notify.Handler{Node: s.opts.NodeName, Waker: waiter, Unmount: s.cleaner, Counter: m}
 	cfg := notify.ConsumerConfig(s.opts.NodeName)
 	cfg.Metrics = consumerMetrics
+	stream := s.opts.StreamConfig()
+	cfg.Stream = &stream
 	consumer, err := events.NewConsumer(js, cfg, h.Handle, log.WithName("events"))
 	if err != nil {
 		nc.Close()
