@@ -50,6 +50,10 @@ type reader struct {
 	// slightly out of order, so a stream continues from any of them.
 	ends     [8]int64
 	endsNext int
+	// strayed is set by a read far from the stream and cleared by one near it; strayEnd is
+	// where the last far read ended.
+	strayed  bool
+	strayEnd int64
 	closed   bool
 }
 
@@ -112,34 +116,53 @@ func (r *reader) plan(off, end int64) []*part {
 	if r.closed {
 		return nil
 	}
-	// A read continues the stream when it starts exactly where a recent read ended; one merely
-	// near the stream (overtaken by the next request, or a random read landing close by)
-	// neither continues nor breaks it.
-	near := off >= r.nextOff-seqSlack && off <= r.nextOff+seqSlack
-	switch {
-	case r.continues(off):
+	// A read near the stream (within seqSlack of where it reads next) belongs to it: the
+	// kernel's concurrent readahead requests arrive slightly out of order. It continues the
+	// stream when it starts exactly where a recent read ended.
+	if off < r.nextOff-seqSlack || off > r.nextOff+seqSlack {
+		return r.far(off, end)
+	}
+	r.strayed = false
+	if r.continues(off) {
 		r.streak++
-	case !near:
-		r.streak = 0
 	}
-	r.ends[r.endsNext%len(r.ends)] = end
-	r.endsNext++
-	if near {
-		r.nextOff = max(r.nextOff, end)
-	} else {
-		r.nextOff = end
-	}
+	r.ended(end)
+	r.nextOff = max(r.nextOff, end)
 	// Prefetch only from the third read of a stream: a random reader never starts a window.
 	if r.streak < 2 && !r.covers(off, end) {
-		if !near {
-			r.dropParts(len(r.parts))
-			r.window = 1
-		}
 		return nil
 	}
 	r.advance(off)
 	r.fill(off)
 	return r.take(off, end)
+}
+
+// far plans a read far from the stream. The first in a row is a stray: a request of the stream
+// whose thread was descheduled while the stream went on, or the reader's first read elsewhere.
+// It is served on its own (from the window if it still holds the bytes) and changes nothing, so
+// a straggler costs no refetch of the window. The next far read shows the reader left: the
+// window goes, and when that read continues the stray a new stream starts there.
+func (r *reader) far(off, end int64) []*part {
+	if !r.strayed {
+		r.strayed, r.strayEnd = true, end
+		return r.take(off, end)
+	}
+	r.streak = 0
+	if off == r.strayEnd {
+		r.streak = 1
+	}
+	r.strayEnd = end
+	r.ended(end)
+	r.nextOff = end
+	r.dropParts(len(r.parts))
+	r.window = 1
+	return nil
+}
+
+// ended records where a read ended.
+func (r *reader) ended(end int64) {
+	r.ends[r.endsNext%len(r.ends)] = end
+	r.endsNext++
 }
 
 // continues reports whether off is where one of the last reads ended.
