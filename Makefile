@@ -46,12 +46,12 @@ build: ## Compile every module (GOWORK=off), the service binaries and kubectl-s3
 
 .PHONY: test
 # What the container and e2e suites need (host packages, Kubernetes binaries, images: about 20
-# minutes on a fresh machine) is built at the lowest CPU priority while the module tests run,
-# taking only the CPU they leave idle; its log is bin/e2e-prep.log. The container suite,
+# minutes on a fresh machine) is built at a low CPU priority (nice 10) while the module tests
+# run, taking mostly the CPU they leave idle; its log is bin/e2e-prep.log. The container suite,
 # then the e2e suite, start once both are done.
 test: envtest-bins ## Run every module's tests, the services as containers, then the e2e suite on the single-node cluster.
 	@mkdir -p $(BIN) && rm -f $(BIN)/e2e-prep.rc
-	@{ nice -n 19 $(MAKE) --no-print-directory e2e-prep > $(BIN)/e2e-prep.log 2>&1; echo $$? > $(BIN)/e2e-prep.rc; } & \
+	@{ nice -n 10 $(MAKE) --no-print-directory e2e-prep > $(BIN)/e2e-prep.log 2>&1; echo $$? > $(BIN)/e2e-prep.rc; } & \
 	  status=0; $(MAKE) --no-print-directory test-modules || status=$$?; \
 	  echo "== waiting for the binaries and images of the container and e2e suites (log: $(BIN)/e2e-prep.log)"; wait; \
 	  [ $$status = 0 ] || exit $$status; \
