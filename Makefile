@@ -16,6 +16,12 @@ GO       ?= go
 # tooling under hack/ runs without -race (a race build of CoreDNS costs minutes and tests nothing
 # of the product).
 GOTEST_FLAGS ?= -race -count=1 -timeout=20m
+# Every build that is not a race test is made as the images' binaries are: on its module alone,
+# static and with -trimpath. The Go build cache then holds one compiled copy of each package for
+# the images, the binaries tests build and run (shared/testenv.GoBuild), the tools, the cluster
+# harness, the e2e suite and lint, instead of one per set of flags (-race, which needs cgo, has
+# its own).
+GO_RELEASE := GOWORK=off CGO_ENABLED=0 GOFLAGS=-trimpath
 
 # Pinned tools: each lives in a module of its own under hack/tools so that its dependencies never
 # move the driver's. `make tools` builds them into bin/.
@@ -39,10 +45,10 @@ help: ## Show this help.
 
 .PHONY: build
 build: ## Compile every module (GOWORK=off), the service binaries and kubectl-s3csi into bin/, stamped with VERSION.
-	@for m in $(MODULES); do echo "== build $$m"; (cd $$m && GOWORK=off $(GO) build ./...); done
+	@for m in $(MODULES); do echo "== build $$m"; (cd $$m && $(GO_RELEASE) $(GO) build ./...); done
 	@for s in $(SERVICES); do \
-	  (cd services/$$s && GOWORK=off CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...); done
-	@cd cli && GOWORK=off CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/kubectl-s3csi
+	  (cd services/$$s && $(GO_RELEASE) $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...); done
+	@cd cli && $(GO_RELEASE) $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/kubectl-s3csi
 
 .PHONY: test
 # What the container and e2e suites need (host packages, Kubernetes binaries, images: about 20
@@ -69,9 +75,9 @@ test-containers: tools-test envtest-bins podman-deps images-product ## Run the s
 
 .PHONY: test-modules
 test-modules: tools-test envtest-bins ## Run every module's tests against the real API server, NATS, S3 and FUSE.
-	@for m in $(MODULES); do echo "== test $$m"; flags="$(GOTEST_FLAGS)"; \
-	  case $$m in hack/*) flags="-count=1 -timeout=20m";; esac; \
-	  (cd $$m && GOWORK=off $(GO) test $$flags ./...); done
+	@for m in $(MODULES); do echo "== test $$m"; \
+	  case $$m in hack/*) (cd $$m && $(GO_RELEASE) $(GO) test -count=1 -timeout=20m ./...);; \
+	  *) (cd $$m && GOWORK=off $(GO) test $(GOTEST_FLAGS) ./...);; esac; done
 
 .PHONY: test-e2e
 test-e2e: $(CLUSTER) ## Run the e2e suite; a cluster this target starts is stopped after, a running one is kept.
@@ -82,9 +88,9 @@ test-e2e: $(CLUSTER) ## Run the e2e suite; a cluster this target starts is stopp
 bench: tools-test envtest-bins bench-deps $(CLUSTER) ## Run every benchmark (each module's, then pod start on the cluster); prints one markdown table, kept in bin/bench.md.
 	@mkdir -p $(BIN)
 	@{ for m in $(MODULES); do echo "== bench $$m"; \
-	  (cd $$m && GOWORK=off $(GO) test -run='^$$' -bench=. -benchmem -timeout=60m ./...) || echo "FAIL $$m"; done; \
+	  (cd $$m && $(GO_RELEASE) $(GO) test -run='^$$' -bench=. -benchmem -timeout=60m ./...) || echo "FAIL $$m"; done; \
 	  $(MAKE) --no-print-directory bench-cluster || echo "FAIL bench-cluster"; } 2>&1 | tee $(BIN)/bench.txt
-	@cd integration && GOWORK=off $(GO) run ./cmd/s3csi-benchtable < $(BIN)/bench.txt | tee $(BIN)/bench.md
+	@cd integration && $(GO_RELEASE) $(GO) run ./cmd/s3csi-benchtable < $(BIN)/bench.txt | tee $(BIN)/bench.md
 
 .PHONY: bench-cluster
 bench-cluster: $(CLUSTER) ## Pod start and a burst of pods on the cluster (started and stopped if not running).
@@ -93,7 +99,7 @@ bench-cluster: $(CLUSTER) ## Pod start and a burst of pods on the cluster (start
 
 .PHONY: bench-cluster-run
 bench-cluster-run: cluster-up
-	cd integration && GOWORK=off $(GO) test -count=1 -tags=e2e -run='^$$' -bench=. -benchtime=1x -timeout=60m ./e2e/
+	cd integration && $(GO_RELEASE) $(GO) test -count=1 -tags=e2e -run='^$$' -bench=. -benchtime=1x -timeout=60m ./e2e/
 
 .PHONY: run
 run: tools-test envtest-bins ## Bring up the local stack (API server, NATS, S3) and print how to reach it.
@@ -108,7 +114,7 @@ demo: cluster-up ## Start the cluster, install the chart and show a bucket mount
 
 .PHONY: e2e
 e2e: e2e-upstream-bins cluster-up ## Run the end-to-end suite on the cluster (started if needed), Kubernetes' storage tests included.
-	cd integration && GOWORK=off $(GO) test -count=1 -timeout=80m -tags=e2e ./e2e/...
+	cd integration && $(GO_RELEASE) $(GO) test -count=1 -timeout=80m -tags=e2e ./e2e/...
 
 .PHONY: cluster-up
 cluster-up: cluster-deps cluster-bins tools-test images $(CLUSTER) ## Start the cluster (or reuse the running one) and load the images.
@@ -130,11 +136,14 @@ cluster-deps: ## Install the host packages the cluster runs (containerd, runc, C
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq containerd runc containernetworking-plugins iptables conntrack busybox-static; }
 
 $(CLUSTER): $(shell find integration/cluster integration/cmd/s3csi-cluster -name '*.go' 2>/dev/null) integration/go.mod
-	cd integration && GOWORK=off $(GO) build -o $(BIN)/ ./cmd/s3csi-cluster
+	cd integration && $(GO_RELEASE) $(GO) build -o $(BIN)/ ./cmd/s3csi-cluster
 
 .PHONY: lint
-lint: $(GOLANGCI_LINT) lint-chart ## Run golangci-lint in every module and helm lint on the chart.
-	@for m in $(MODULES); do echo "== lint $$m"; (cd $$m && GOWORK=off $(GOLANGCI_LINT) run ./...); done
+lint: lint-go lint-chart ## Run golangci-lint in every module and helm lint on the chart.
+
+.PHONY: lint-go
+lint-go: $(GOLANGCI_LINT) ## Run golangci-lint in every module (on the code as the images build it: static, -trimpath).
+	@for m in $(MODULES); do echo "== lint $$m"; (cd $$m && $(GO_RELEASE) $(GOLANGCI_LINT) run ./...); done
 
 .PHONY: lint-chart
 lint-chart: $(HELM) ## Run helm lint on charts/s3csi with every values file of charts/s3csi/ci.
@@ -151,7 +160,7 @@ generate: $(CONTROLLER_GEN) $(BUF) $(PROTOC_GEN_GO) ## Generate deepcopy, the CR
 	cd shared && $(CONTROLLER_GEN) object paths=./api/... \
 	  crd:crdVersions=v1 output:crd:artifacts:config=../charts/s3csi/crds
 	cd proto && $(BUF) lint && $(BUF) generate
-	cd shared && GOWORK=off $(GO) test -count=1 -run '^TestTheChartAuthorizationIsGeneratedFromThePermissions$$' ./events -update
+	cd shared && $(GO_RELEASE) $(GO) test -count=1 -run '^TestTheChartAuthorizationIsGeneratedFromThePermissions$$' ./events -update
 
 .PHONY: verify
 verify: lint update ## Lint, then fail if `make update` changed or added any file.
@@ -181,7 +190,7 @@ BUSYBOX_APPLETS     := ash awk basename cat chmod chown cp cut date dd df diff d
   readlink rm rmdir sed seq sh sha256sum sleep sort stat sync tail tar tee test timeout touch tr true \
   umount uname uniq vi wc wget which xargs yes
 
-IMAGE_GO       = cd $(1) && GOWORK=off CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath
+IMAGE_GO       = cd $(1) && $(GO_RELEASE) GOOS=linux GOARCH=amd64 $(GO) build
 IMAGE_LDFLAGS  := -s -w $(LDFLAGS)
 
 # $(call image,NAME,TAG,UID,LICENSES,PACKAGED_VERSION,FLAGS[,REPOSITORY]) defines IMAGE_OUT_NAME, the
@@ -270,7 +279,7 @@ images-verify: ## Import every image tarball into a private containerd and podma
 
 .PHONY: $(IMAGEBUILD)
 $(IMAGEBUILD): # Always handed to go build: its cache makes an unchanged build instant.
-	@cd hack/imagebuild && GOWORK=off $(GO) build -o $(IMAGEBUILD) .
+	@cd hack/imagebuild && $(GO_RELEASE) $(GO) build -o $(IMAGEBUILD) .
 
 ##@ Set-up (cached)
 
@@ -297,19 +306,23 @@ envtest-bins: ## Build kube-apiserver and etcd from source into ~/.cache/s3csi (
 	@hack/kube-bins.sh kube-apiserver etcd
 
 $(CONTROLLER_GEN) $(PROTOC_GEN_GO): hack/tools/go.mod hack/tools/go.sum
-	cd hack/tools && GOWORK=off $(GO) build -o $(BIN)/ sigs.k8s.io/controller-tools/cmd/controller-gen google.golang.org/protobuf/cmd/protoc-gen-go
+	cd hack/tools && $(GO_RELEASE) $(GO) build -o $(BIN)/ sigs.k8s.io/controller-tools/cmd/controller-gen google.golang.org/protobuf/cmd/protoc-gen-go
 
-$(BUF): hack/tools/buf/go.mod hack/tools/buf/go.sum
-	cd hack/tools/buf && GOWORK=off $(GO) build -o $(BIN)/ github.com/bufbuild/buf/cmd/buf
+# buf is the one tool not built here: its authors publish each release's static binary on the npm
+# registry too, and building it from source would cost about five CPU-minutes.
+BUF_VERSION := 1.75.0
+BUF_SHA512  := 606189031d25a4c084eda3168cd38971fa04686fdefa26079d30b8499d0fe5e4b821f7ccaf203d678fdb6f59b5c0d5c0109f004c530464e024ff9c7d544e3b8a
+$(BUF): Makefile hack/npm-bin.sh
+	hack/npm-bin.sh @bufbuild/buf-linux-x64 $(BUF_VERSION) $(BUF_SHA512) bin/buf $@
 
 $(GOLANGCI_LINT): hack/tools/lint/go.mod hack/tools/lint/go.sum
-	cd hack/tools/lint && GOWORK=off $(GO) build -o $(BIN)/ github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+	cd hack/tools/lint && $(GO_RELEASE) $(GO) build -o $(BIN)/ github.com/golangci/golangci-lint/v2/cmd/golangci-lint
 
 $(VERSITYGW): hack/tools/versitygw/go.mod hack/tools/versitygw/go.sum
-	cd hack/tools/versitygw && GOWORK=off $(GO) build -o $(BIN)/ github.com/versity/versitygw/cmd/versitygw
+	cd hack/tools/versitygw && $(GO_RELEASE) $(GO) build -o $(BIN)/ github.com/versity/versitygw/cmd/versitygw
 
 $(HELM): hack/tools/helm/go.mod hack/tools/helm/go.sum
-	cd hack/tools/helm && GOWORK=off $(GO) build -o $(BIN)/ helm.sh/helm/v3/cmd/helm
+	cd hack/tools/helm && $(GO_RELEASE) $(GO) build -o $(BIN)/ helm.sh/helm/v3/cmd/helm
 
 .PHONY: clean
 clean: ## Remove bin/ (the envtest cache in ~/.cache/s3csi stays).

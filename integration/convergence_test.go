@@ -2,7 +2,6 @@ package integration
 
 import (
 	"context"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -23,9 +22,8 @@ import (
 func buildService(t *testing.T, root, service, binary string) string {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), binary)
-	cmd := exec.CommandContext(t.Context(), "go", "build", "-C", filepath.Join(root, "services", service), "-o", out, "./cmd/"+binary)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build %s: %v\n%s", binary, err, b)
+	if err := testenv.GoBuild(t.Context(), filepath.Join(root, "services", service), "./cmd/"+binary, out); err != nil {
+		t.Fatal(err)
 	}
 	return out
 }

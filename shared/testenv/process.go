@@ -23,15 +23,30 @@ type Process struct {
 	output syncBuffer
 }
 
-// BuildBinary builds the main package in the working directory into a temporary file.
+// BuildBinary builds the main package in the working directory into a temporary file, as its
+// image builds it (GoBuild).
 func BuildBinary(t testing.TB, name string) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), name)
-	out, err := exec.CommandContext(t.Context(), "go", "build", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build %s: %v\n%s", name, err, out)
+	if err := GoBuild(t.Context(), ".", ".", bin); err != nil {
+		t.Fatal(err)
 	}
 	return bin
+}
+
+// GoBuild builds the main package pkg of the module in dir into out the way the images' binaries
+// are built (the Makefile's IMAGE_GO): on its module alone (GOWORK=off), static (CGO_ENABLED=0)
+// and with -trimpath. A test then runs the binary that ships, and the packages compiled for it
+// are the ones the image builds, the e2e suite and lint reuse from the Go build cache, whatever
+// flags the test itself was built with (-race needs cgo).
+func GoBuild(ctx context.Context, dir, pkg, out string) error {
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", out, pkg)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GOWORK=off", "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build %s in %s: %w\n%s", pkg, dir, err, b)
+	}
+	return nil
 }
 
 // StartProcess starts bin with args; the process is killed, if still running, when the test ends.
@@ -143,18 +158,13 @@ func RunToExit(t testing.TB, bin string, env []string, args ...string) (int, str
 }
 
 // BuildModuleBinaryE builds the main package pkg of the repository's module moduleDir (a path
-// relative to the repository root, e.g. "services/mounter") into out, as that module builds on
-// its own (GOWORK=off). Tests use it for another image's binary they must not import, such as
-// the node-agent's tests for the mounter.
+// relative to the repository root, e.g. "services/mounter") into out with GoBuild. Tests use it
+// for another image's binary they must not import, such as the node-agent's tests for the
+// mounter.
 func BuildModuleBinaryE(ctx context.Context, moduleDir, pkg, out string) error {
 	root, err := RepoRoot()
 	if err != nil {
 		return err
 	}
-	cmd := exec.CommandContext(ctx, "go", "build", "-C", filepath.Join(root, moduleDir), "-o", out, pkg)
-	cmd.Env = append(os.Environ(), "GOWORK=off")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("build %s of %s: %w\n%s", pkg, moduleDir, err, b)
-	}
-	return nil
+	return GoBuild(ctx, filepath.Join(root, moduleDir), pkg, out)
 }

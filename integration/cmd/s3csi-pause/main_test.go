@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/s3csi/s3csi/shared/testenv"
 )
 
 // TestReapCollectsExitedChildren starts children that exit at once, leaves them unwaited (zombies)
@@ -36,10 +38,7 @@ func TestReapCollectsExitedChildren(t *testing.T) {
 // TestExitsZeroOnTermination runs the built program and checks it keeps running until SIGTERM or
 // SIGINT, then exits 0.
 func TestExitsZeroOnTermination(t *testing.T) {
-	bin := t.TempDir() + "/s3csi-pause"
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := testenv.BuildBinary(t, "s3csi-pause")
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
 		t.Run(sig.String(), func(t *testing.T) {
 			cmd := exec.Command(bin)
@@ -70,10 +69,7 @@ func TestExitsZeroOnTermination(t *testing.T) {
 }
 
 func TestRefusesArguments(t *testing.T) {
-	bin := t.TempDir() + "/s3csi-pause"
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := testenv.BuildBinary(t, "s3csi-pause")
 	err := exec.Command(bin, "extra").Run()
 	var exit *exec.ExitError
 	if !errors.As(err, &exit) || exit.ExitCode() != 2 {

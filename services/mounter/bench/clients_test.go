@@ -173,9 +173,8 @@ func buildMounter(b *testing.B) string {
 	bin := filepath.Join(b.TempDir(), "s3csi-mounter")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "../cmd/s3csi-mounter")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		b.Fatalf("build s3csi-mounter: %v\n%s", err, out)
+	if err := testenv.GoBuild(ctx, "..", "./cmd/s3csi-mounter", bin); err != nil {
+		b.Fatal(err)
 	}
 	return bin
 }

@@ -34,9 +34,8 @@ func buildWorldExecutable(t *testing.T) string {
 		t.Fatal(err)
 	}
 	bin := filepath.Join(dir, "s3csi-mounter")
-	out, err := exec.CommandContext(t.Context(), "go", "build", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	if err := testenv.GoBuild(t.Context(), ".", ".", bin); err != nil {
+		t.Fatal(err)
 	}
 	return bin
 }

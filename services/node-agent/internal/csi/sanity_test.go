@@ -2,7 +2,6 @@ package csi_test
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -138,16 +137,9 @@ func assertNoTargetLeft(t *testing.T, n *node) {
 // them) and an ownership key; it returns the path of its CSI socket once /readyz answers.
 func startController(t *testing.T, srv *testenv.S3) string {
 	t.Helper()
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
 	bin := filepath.Join(t.TempDir(), "s3csi-controller")
-	build := exec.CommandContext(t.Context(), "go", "build", "-C", filepath.Join(root, "services", "csi-controller"),
-		"-o", bin, "./cmd/s3csi-controller")
-	build.Env = append(os.Environ(), "GOWORK=off")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build the csi-controller: %v\n%s", err, out)
+	if err := testenv.BuildModuleBinaryE(t.Context(), "services/csi-controller", "./cmd/s3csi-controller", bin); err != nil {
+		t.Fatal(err)
 	}
 	creds := t.TempDir()
 	for name, value := range map[string]string{"access_key_id": srv.AccessKey, "secret_access_key": srv.SecretKey} {
