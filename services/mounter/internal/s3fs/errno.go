@@ -3,6 +3,7 @@ package s3fs
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"syscall"
 
@@ -15,6 +16,13 @@ import (
 func toErrno(err error) syscall.Errno {
 	if err == nil {
 		return 0
+	}
+	// A failed connection (reset, refused, unreachable) is S3 not answering: EIO, as for a
+	// timeout. The errno inside it describes a socket; passed through, it told the application
+	// that its file was a connection (ECONNRESET from close).
+	var netErr *net.OpError
+	if errors.As(err, &netErr) && !errors.Is(err, context.Canceled) {
+		return syscall.EIO
 	}
 	var errno syscall.Errno
 	if errors.As(err, &errno) {

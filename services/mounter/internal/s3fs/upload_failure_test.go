@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -462,6 +464,99 @@ func TestRevokedCredentialsMidUploadFailTheFile(t *testing.T) {
 	if keys := bucketKeys(t, s); len(keys) != 0 {
 		t.Fatalf("bucket holds %q, want nothing", keys)
 	}
+}
+
+// TestARefusalThatResetsTheUploadIsReportedAsARefusal plays a server that refuses a part from
+// its headers (the key was revoked mid-upload) and drops the connection without reading the
+// body, as versitygw does: the client sees a reset, never the refusal. The application must
+// still see EACCES, from the listing the mounter then makes, and no object appears.
+func TestARefusalThatResetsTheUploadIsReportedAsARefusal(t *testing.T) {
+	s := testenv.StartS3(t)
+	creds := &switchedCredentials{}
+	creds.set(s.AccessKey, s.SecretKey)
+	var resets atomic.Int32
+	opts := baseOptions(s)
+	opts.EndpointURL = interceptEndpoint(t, s.Endpoint, func(w http.ResponseWriter, r *http.Request) bool {
+		if s3Operation(r) != "UploadPart" || !strings.Contains(r.Header.Get("Authorization"), "REVOKED") {
+			return false
+		}
+		resets.Add(1)
+		resetConnection(t, w)
+		return true
+	})
+	opts.WritePartSize = ptr[uint64](5 << 20)
+	dir := t.TempDir()
+	m, err := Mount(t.Context(), dir, Config{Options: opts, Credentials: creds, RequestTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unmountFS(t, dir, m) })
+	f, err := os.Create(filepath.Join(dir, "refused.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := writeAll(f, pattern(11<<20, 18)); err != nil {
+		t.Fatal(err)
+	}
+	creds.set("REVOKED"+s.AccessKey, s.SecretKey)
+	writeErr := writeAll(f, pattern(11<<20, 19))
+	closeErr := f.Close()
+	if resets.Load() == 0 {
+		t.Fatal("no part was sent with the revoked key")
+	}
+	if writeErr != nil {
+		wantErrno(t, "write refused with a reset", writeErr, syscall.EACCES)
+	}
+	wantErrno(t, "close refused with a reset", closeErr, syscall.EACCES)
+	if keys := bucketKeys(t, s); len(keys) != 0 {
+		t.Fatalf("bucket holds %q, want nothing", keys)
+	}
+}
+
+// TestAResetUploadWithValidKeysIsNotReportedAsARefusal resets every part upload while the key
+// stays valid: the listing the mounter makes after the reset succeeds, so the file fails with
+// an I/O error, not with EACCES, which would send the operator after the wrong cause.
+func TestAResetUploadWithValidKeysIsNotReportedAsARefusal(t *testing.T) {
+	s := testenv.StartS3(t)
+	opts := baseOptions(s)
+	opts.EndpointURL = interceptEndpoint(t, s.Endpoint, func(w http.ResponseWriter, r *http.Request) bool {
+		if s3Operation(r) != "UploadPart" {
+			return false
+		}
+		resetConnection(t, w)
+		return true
+	})
+	opts.WritePartSize = ptr[uint64](5 << 20)
+	dir, _ := mountFS(t, s, opts, 10*time.Second)
+	f, err := os.Create(filepath.Join(dir, "reset.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	writeErr := writeAll(f, pattern(11<<20, 20))
+	closeErr := f.Close()
+	for what, err := range map[string]error{"write": writeErr, "close": closeErr} {
+		if errors.Is(err, syscall.EACCES) {
+			t.Errorf("%s of a reset upload with valid keys: %v, want an error other than EACCES", what, err)
+		}
+	}
+	if closeErr == nil {
+		t.Fatal("close of a file none of whose parts was stored succeeded")
+	}
+}
+
+// resetConnection drops the request's connection at once, its body unread, with a TCP reset.
+func resetConnection(t *testing.T, w http.ResponseWriter) {
+	conn, _, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		t.Errorf("hijack the connection: %v", err)
+		return
+	}
+	if tcp, ok := conn.(*net.TCPConn); ok {
+		_ = tcp.SetLinger(0)
+	}
+	_ = conn.Close()
 }
 
 // TestInterruptedWriteLosesNothing signals a thread whose write waits for a free upload slot

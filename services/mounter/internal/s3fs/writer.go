@@ -185,7 +185,7 @@ func (w *writer) sendPart(num int32, buf []byte) (types.CompletedPart, error) {
 		ChecksumAlgorithm: w.checksum(),
 	}, w.payloadSigning()...)
 	if err != nil {
-		return types.CompletedPart{}, fmt.Errorf("upload part %d of %s: %w", num, w.node.key, err)
+		return types.CompletedPart{}, fmt.Errorf("upload part %d of %s: %w", num, w.node.key, w.fsys.sendError(w.fsys.ctx, err))
 	}
 	return types.CompletedPart{PartNumber: aws.Int32(num), ETag: out.ETag, ChecksumCRC32C: out.ChecksumCRC32C}, nil
 }
@@ -321,7 +321,7 @@ func (w *writer) put(ctx context.Context) (entry, error) {
 		ChecksumAlgorithm: w.checksum(),
 	}, w.payloadSigning()...)
 	if err != nil {
-		return entry{}, fmt.Errorf("put %s: %w", w.node.key, err)
+		return entry{}, fmt.Errorf("put %s: %w", w.node.key, w.fsys.sendError(ctx, err))
 	}
 	return entry{size: w.off, mtime: time.Now(), etag: aws.ToString(out.ETag)}, nil
 }
