@@ -14,8 +14,9 @@ CLUSTER  := $(BIN)/s3csi-cluster
 GO       ?= go
 # Tests run each module on its own (GOWORK=off) so every go.mod is proven complete; the build
 # tooling under hack/ runs without -race (a race build of CoreDNS costs minutes and tests nothing
-# of the product).
-GOTEST_FLAGS ?= -race -count=1 -timeout=20m
+# of the product). go test's own vet pass is off: it computes vet facts for every dependency (minutes
+# of CPU on a cold cache), and `make lint` runs govet with every analyzer on the same code.
+GOTEST_FLAGS ?= -race -count=1 -timeout=20m -vet=off
 # Every build that is not a race test is made as the images' binaries are: on its module alone,
 # static and with -trimpath. The Go build cache then holds one compiled copy of each package for
 # the images, the binaries tests build and run (shared/testenv.GoBuild), the tools, the cluster
@@ -76,7 +77,7 @@ test-containers: tools-test envtest-bins podman-deps images-product ## Run the s
 .PHONY: test-modules
 test-modules: tools-test envtest-bins ## Run every module's tests against the real API server, NATS, S3 and FUSE.
 	@for m in $(MODULES); do echo "== test $$m"; \
-	  case $$m in hack/*) (cd $$m && $(GO_RELEASE) $(GO) test -count=1 -timeout=20m ./...);; \
+	  case $$m in hack/*) (cd $$m && $(GO_RELEASE) $(GO) test -vet=off -count=1 -timeout=20m ./...);; \
 	  *) (cd $$m && GOWORK=off $(GO) test $(GOTEST_FLAGS) ./...);; esac; done
 
 .PHONY: test-e2e
@@ -88,7 +89,7 @@ test-e2e: $(CLUSTER) ## Run the e2e suite; a cluster this target starts is stopp
 bench: tools-test envtest-bins bench-deps $(CLUSTER) ## Run every benchmark (each module's, then pod start on the cluster); prints one markdown table, kept in bin/bench.md.
 	@mkdir -p $(BIN)
 	@{ for m in $(MODULES); do echo "== bench $$m"; \
-	  (cd $$m && $(GO_RELEASE) $(GO) test -run='^$$' -bench=. -benchmem -timeout=60m ./...) || echo "FAIL $$m"; done; \
+	  (cd $$m && $(GO_RELEASE) $(GO) test -vet=off -run='^$$' -bench=. -benchmem -timeout=60m ./...) || echo "FAIL $$m"; done; \
 	  $(MAKE) --no-print-directory bench-cluster || echo "FAIL bench-cluster"; } 2>&1 | tee $(BIN)/bench.txt
 	@cd integration && $(GO_RELEASE) $(GO) run ./cmd/s3csi-benchtable < $(BIN)/bench.txt | tee $(BIN)/bench.md
 
@@ -99,7 +100,7 @@ bench-cluster: $(CLUSTER) ## Pod start and a burst of pods on the cluster (start
 
 .PHONY: bench-cluster-run
 bench-cluster-run: cluster-up
-	cd integration && $(GO_RELEASE) $(GO) test -count=1 -tags=e2e -run='^$$' -bench=. -benchtime=1x -timeout=60m ./e2e/
+	cd integration && $(GO_RELEASE) $(GO) test -vet=off -count=1 -tags=e2e -run='^$$' -bench=. -benchtime=1x -timeout=60m ./e2e/
 
 .PHONY: run
 run: tools-test envtest-bins ## Bring up the local stack (API server, NATS, S3) and print how to reach it.
@@ -114,7 +115,7 @@ demo: cluster-up ## Start the cluster, install the chart and show a bucket mount
 
 .PHONY: e2e
 e2e: e2e-upstream-bins cluster-up ## Run the end-to-end suite on the cluster (started if needed), Kubernetes' storage tests included.
-	cd integration && $(GO_RELEASE) $(GO) test -count=1 -timeout=80m -tags=e2e ./e2e/...
+	cd integration && $(GO_RELEASE) $(GO) test -vet=off -count=1 -timeout=80m -tags=e2e ./e2e/...
 
 .PHONY: cluster-up
 cluster-up: cluster-deps cluster-bins tools-test images $(CLUSTER) ## Start the cluster (or reuse the running one) and load the images.
