@@ -50,12 +50,19 @@ type reader struct {
 	// slightly out of order, so a stream continues from any of them.
 	ends     [8]int64
 	endsNext int
+	// holes are the ranges behind nextOff the stream skipped: requests still on their way
+	// (maxHoles at most, the oldest forgotten first).
+	holes [][2]int64
 	// strayed is set by a read far from the stream and cleared by one near it; strayEnd is
 	// where the last far read ended.
 	strayed  bool
 	strayEnd int64
 	closed   bool
 }
+
+// maxHoles bounds the skipped ranges a reader remembers; the kernel has at most a few dozen
+// requests of one file in flight.
+const maxHoles = 32
 
 func newReader(fsys *filesystem, key string, e entry) *reader {
 	return &reader{fsys: fsys, key: key, etag: e.etag, size: e.size, window: 1}
@@ -119,6 +126,11 @@ func (r *reader) plan(off, end int64) []*part {
 	// A read near the stream (within seqSlack of where it reads next) belongs to it: the
 	// kernel's concurrent readahead requests arrive slightly out of order. It continues the
 	// stream when it starts exactly where a recent read ended.
+	if r.fillHole(off, end) && off < r.nextOff-seqSlack {
+		// A request the stream skipped, descheduled while the stream went on: served on its
+		// own, from the window if it still holds the bytes.
+		return r.take(off, end)
+	}
 	if off < r.nextOff-seqSlack || off > r.nextOff+seqSlack {
 		return r.far(off, end)
 	}
@@ -127,6 +139,9 @@ func (r *reader) plan(off, end int64) []*part {
 		r.streak++
 	}
 	r.ended(end)
+	if off > r.nextOff {
+		r.addHole(r.nextOff, off)
+	}
 	r.nextOff = max(r.nextOff, end)
 	// Prefetch only from the third read of a stream: a random reader never starts a window.
 	if r.streak < 2 && !r.covers(off, end) {
@@ -137,10 +152,10 @@ func (r *reader) plan(off, end int64) []*part {
 	return r.take(off, end)
 }
 
-// far plans a read far from the stream. The first in a row is a stray: a request of the stream
-// whose thread was descheduled while the stream went on, or the reader's first read elsewhere.
-// It is served on its own (from the window if it still holds the bytes) and changes nothing, so
-// a straggler costs no refetch of the window. The next far read shows the reader left: the
+// far plans a read far from the stream that is not in a hole it skipped. The first in a row is
+// a stray: a request the stream never skipped past (one that overtook the stream by more than
+// the slack), or the reader's first read elsewhere. It is served on its own (from the window if
+// it still holds the bytes) and changes nothing. The next far read shows the reader left: the
 // window goes, and when that read continues the stray a new stream starts there.
 func (r *reader) far(off, end int64) []*part {
 	if !r.strayed {
@@ -154,9 +169,36 @@ func (r *reader) far(off, end int64) []*part {
 	r.strayEnd = end
 	r.ended(end)
 	r.nextOff = end
+	r.holes = r.holes[:0]
 	r.dropParts(len(r.parts))
 	r.window = 1
 	return nil
+}
+
+// addHole records that the stream skipped [off, end).
+func (r *reader) addHole(off, end int64) {
+	if n := len(r.holes); n >= maxHoles {
+		r.holes = append(r.holes[:0], r.holes[n-maxHoles+1:]...)
+	}
+	r.holes = append(r.holes, [2]int64{off, end})
+}
+
+// fillHole removes [off, end) from the hole that holds it and reports whether one did.
+func (r *reader) fillHole(off, end int64) bool {
+	for i, h := range r.holes {
+		if off < h[0] || end > h[1] {
+			continue
+		}
+		r.holes = append(r.holes[:i], r.holes[i+1:]...)
+		if h[0] < off {
+			r.addHole(h[0], off)
+		}
+		if end < h[1] {
+			r.addHole(end, h[1])
+		}
+		return true
+	}
+	return false
 }
 
 // ended records where a read ended.
