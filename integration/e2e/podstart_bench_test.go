@@ -8,6 +8,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -88,6 +89,9 @@ func BenchmarkPodStart(b *testing.B) {
 
 	b.Run("c-second-pod-on-a-mounted-volume", func(b *testing.B) {
 		benchStarts(ctx, b, w, floor, n, second("second"), oneSource)
+		// The Mountpoint Pod has mounted its source for the holder, then served n pods one after
+		// another; nothing reads now, so this is what a mount costs a node while it waits.
+		b.ReportMetric(mounterRSS(ctx, b, pv), "idle-mounter-rss-MiB")
 	})
 
 	b.Run("d-second-pod-with-NATS-down", func(b *testing.B) {
@@ -247,6 +251,32 @@ func burst(ctx context.Context, b *testing.B, ns string, n int, podAt func(int) 
 	b.ReportMetric(after.cpu["pod-reconciler"]-before.cpu["pod-reconciler"], "pod-reconciler-cpu-s")
 	b.ReportMetric(rss["node-agent"]/(1<<20), "node-agent-peak-rss-MiB")
 	b.ReportMetric(rss["pod-reconciler"]/(1<<20), "pod-reconciler-peak-rss-MiB")
+}
+
+// mounterRSS is the resident set, in MiB, of the s3csi-mounter process of volume pv's one
+// Mountpoint Pod (VmRSS of the process on this node).
+func mounterRSS(ctx context.Context, t testing.TB, pv string) float64 {
+	t.Helper()
+	_, mps, err := attachmentsOf(ctx, pv)
+	if err != nil || len(mps) != 1 {
+		t.Fatalf("volume %s: %d Mountpoint Pods, want 1 (%v)", pv, len(mps), err)
+	}
+	pid := mounterPID(t, string(mps[0].UID))
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(status)) {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kib, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
+			if err != nil {
+				t.Fatalf("VmRSS of s3csi-mounter %d: %q: %v", pid, rest, err)
+			}
+			return kib / 1024
+		}
+	}
+	t.Fatalf("s3csi-mounter %d has no VmRSS in its status", pid)
+	return 0
 }
 
 // boundClaim creates a static claim (staticClaim) and waits until it is bound, so that a pod
