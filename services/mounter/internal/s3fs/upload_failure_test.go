@@ -22,6 +22,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"golang.org/x/sys/unix"
 
+	"github.com/s3csi/s3csi/shared/mountargs"
 	"github.com/s3csi/s3csi/shared/testenv"
 )
 
@@ -433,29 +434,8 @@ func (c *switchedCredentials) Retrieve(context.Context) (aws.Credentials, error)
 // key the server does not know from the middle of the upload on: the server refuses them, the
 // application sees EACCES and no object appears.
 func TestRevokedCredentialsMidUploadFailTheFile(t *testing.T) {
-	requireFUSE(t)
 	s := testenv.StartS3(t)
-	creds := &switchedCredentials{}
-	creds.set(s.AccessKey, s.SecretKey)
-	opts := baseOptions(s)
-	opts.WritePartSize = ptr[uint64](5 << 20)
-	dir := t.TempDir()
-	m, err := Mount(t.Context(), dir, Config{Options: opts, Credentials: creds, RequestTimeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { unmountFS(t, dir, m) })
-	f, err := os.Create(filepath.Join(dir, "revoked.bin"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if err := writeAll(f, pattern(11<<20, 15)); err != nil {
-		t.Fatal(err)
-	}
-	creds.set("REVOKED"+s.AccessKey, s.SecretKey)
-	writeErr := writeAll(f, pattern(11<<20, 16))
-	closeErr := f.Close()
+	writeErr, closeErr := revokeMidUpload(t, s, baseOptions(s), "revoked.bin")
 	if writeErr != nil {
 		wantErrno(t, "write with revoked credentials", writeErr, syscall.EACCES)
 	}
@@ -472,8 +452,6 @@ func TestRevokedCredentialsMidUploadFailTheFile(t *testing.T) {
 // still see EACCES, from the listing the mounter then makes, and no object appears.
 func TestARefusalThatResetsTheUploadIsReportedAsARefusal(t *testing.T) {
 	s := testenv.StartS3(t)
-	creds := &switchedCredentials{}
-	creds.set(s.AccessKey, s.SecretKey)
 	var resets atomic.Int32
 	opts := baseOptions(s)
 	opts.EndpointURL = interceptEndpoint(t, s.Endpoint, func(w http.ResponseWriter, r *http.Request) bool {
@@ -484,24 +462,7 @@ func TestARefusalThatResetsTheUploadIsReportedAsARefusal(t *testing.T) {
 		resetConnection(t, w)
 		return true
 	})
-	opts.WritePartSize = ptr[uint64](5 << 20)
-	dir := t.TempDir()
-	m, err := Mount(t.Context(), dir, Config{Options: opts, Credentials: creds, RequestTimeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { unmountFS(t, dir, m) })
-	f, err := os.Create(filepath.Join(dir, "refused.bin"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if err := writeAll(f, pattern(11<<20, 18)); err != nil {
-		t.Fatal(err)
-	}
-	creds.set("REVOKED"+s.AccessKey, s.SecretKey)
-	writeErr := writeAll(f, pattern(11<<20, 19))
-	closeErr := f.Close()
+	writeErr, closeErr := revokeMidUpload(t, s, opts, "refused.bin")
 	if resets.Load() == 0 {
 		t.Fatal("no part was sent with the revoked key")
 	}
@@ -512,6 +473,34 @@ func TestARefusalThatResetsTheUploadIsReportedAsARefusal(t *testing.T) {
 	if keys := bucketKeys(t, s); len(keys) != 0 {
 		t.Fatalf("bucket holds %q, want nothing", keys)
 	}
+}
+
+// revokeMidUpload mounts with opts (5 MiB parts) under s's key, writes 11 MiB of file name,
+// then signs with a key the server does not know ("REVOKED" and s's key), writes 11 MiB more and
+// closes the file. It returns the errors of that second write and of the close.
+func revokeMidUpload(t *testing.T, s *testenv.S3, opts mountargs.Options, name string) (writeErr, closeErr error) {
+	t.Helper()
+	requireFUSE(t)
+	creds := &switchedCredentials{}
+	creds.set(s.AccessKey, s.SecretKey)
+	opts.WritePartSize = ptr[uint64](5 << 20)
+	dir := t.TempDir()
+	m, err := Mount(t.Context(), dir, Config{Options: opts, Credentials: creds, RequestTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unmountFS(t, dir, m) })
+	f, err := os.Create(filepath.Join(dir, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := writeAll(f, pattern(11<<20, 15)); err != nil {
+		t.Fatal(err)
+	}
+	creds.set("REVOKED"+s.AccessKey, s.SecretKey)
+	writeErr = writeAll(f, pattern(11<<20, 16))
+	return writeErr, f.Close()
 }
 
 // TestAResetUploadWithValidKeysIsNotReportedAsARefusal resets every part upload while the key
