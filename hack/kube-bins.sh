@@ -7,10 +7,18 @@
 # (the suite's test image program). envtest needs kube-apiserver and etcd; the
 # single-node cluster needs the seven.
 #
-# Kubernetes is built through a throwaway module that requires k8s.io/kubernetes and maps every
-# staging module the way kubernetes' own go.mod does, to the published v0.Y.Z release. The version
-# is linked in, or Helm and version checks see v0.0.0-master.
+# Kubernetes is built through a throwaway module that requires k8s.io/kubernetes and every staging
+# module at its published v0.Y.Z release (kubernetes' own go.mod requires them at v0.0.0, replaced
+# by ./staging). The version is linked in, or Helm and version checks see v0.0.0-master.
+#
+# Each throwaway module (Kubernetes', etcd's) is raised to the versions s3csi's workspace selects
+# for every module both use (golang.org/x/*, protobuf, gRPC, klog, OpenTelemetry...). With the same
+# versions and flags (static, -trimpath), a package compiles to the same Go build cache entry
+# whether a product image, a test harness or kube-apiserver asks for it: on a cold cache,
+# client-go and its closure compile once instead of once more for Kubernetes. Newer patch and minor
+# releases of these libraries keep their APIs; the build fails loudly if one does not.
 set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
 
 K8S_VERSION=${K8S_VERSION:-v1.34.4}
 ETCD_VERSION=${ETCD_VERSION:-v3.6.5}
@@ -42,7 +50,26 @@ if [ ${#kube_pkgs[@]} -eq 0 ] && ! $need_etcd && ! $need_e2e; then
 fi
 
 mkdir -p "$dest"
+# The versions s3csi's modules build with (all alike: `make update` runs `go work sync`).
+workspace_versions=$(cd "$root" && GOFLAGS= GOWORK="$root/go.work" go list -m -f '{{.Path}} {{.Version}}' all)
 export GOFLAGS=-mod=mod GOWORK=off CGO_ENABLED=0
+
+# align_with_workspace raises the requirements of the module in the current directory to the
+# workspace's version of every module both select at different versions, except the ones its
+# go.mod requires by name (what it builds). Any other requirement is a minimum, so a workspace
+# version older than the one selected here changes nothing. A staging
+# module (k8s.io/api...) is selected at v0.0.0 and replaced by its release: it compiles under the
+# selected version, so it too is required at the workspace's release (the same one) to share the
+# cache entry.
+align_with_workspace() {
+  local edits=() direct
+  direct=$(go mod edit -json | sed -n 's/^[[:space:]]*"Path": "\(.*\)",*$/\1/p')
+  while read -r path version; do
+    grep -qxF "$path" <<< "$direct" && continue
+    edits+=("-require=$path@$version")
+  done < <(join <(go list -m -f '{{.Path}} {{.Version}}' all | sort) <(sort <<< "$workspace_versions") | awk '$2 != $3 {print $1, $3}')
+  [ ${#edits[@]} -eq 0 ] || go mod edit "${edits[@]}"
+}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -62,6 +89,7 @@ if [ ${#kube_pkgs[@]} -gt 0 ] || $need_e2e; then
       echo
       sed -n 's#^[[:space:]]*\(replace[[:space:]]\+\)\{0,1\}\(k8s.io/[a-z0-9-]*\) => ./staging/src/k8s.io/[a-z0-9-]*$#replace \2 => \2 '"$staging_version"'#p' "$gomod"
     } > go.mod
+    align_with_workspace
     ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION"
     ldflags="$ldflags -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
     ldflags="$ldflags -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION"
@@ -101,6 +129,7 @@ import (
 
 func main() { etcdmain.Main(os.Args) }
 GO
+    align_with_workspace
     go build -trimpath -ldflags "-s -w" -o "$dest/etcd.tmp" .
     mv "$dest/etcd.tmp" "$dest/etcd"
   )
