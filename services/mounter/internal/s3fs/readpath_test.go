@@ -104,17 +104,9 @@ func TestRereadIsServedFromPageCacheUntilTheObjectChanges(t *testing.T) {
 }
 
 func TestRandomReadsFetchOnlyWhatTheyRead(t *testing.T) {
-	s := testenv.StartS3(t)
 	const size = 64 << 20
 	data := pattern(size, 13)
-	putObject(t, s, "random.bin", data)
-	dir, m := mountFS(t, s, baseOptions(s), 30*time.Second)
-	// O_DIRECT: every read reaches the filesystem as asked, without kernel readahead.
-	f, err := os.OpenFile(filepath.Join(dir, "random.bin"), os.O_RDONLY|syscall.O_DIRECT, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	f, m := openDirect(t, "random.bin", data, 0)
 	buf := alignedBuffer(4096)
 	rng := rand.New(rand.NewPCG(5, 6))
 	const reads = 300
@@ -135,18 +127,9 @@ func TestRandomReadsFetchOnlyWhatTheyRead(t *testing.T) {
 }
 
 func TestConcurrentOutOfOrderSequentialReads(t *testing.T) {
-	s := testenv.StartS3(t)
 	const size = 48<<20 + 777
 	data := pattern(size, 14)
-	putObject(t, s, "ooo.bin", data)
-	opts := baseOptions(s)
-	opts.ReadPartSize = ptr[uint64](4 << 20)
-	dir, m := mountFS(t, s, opts, 30*time.Second)
-	f, err := os.OpenFile(filepath.Join(dir, "ooo.bin"), os.O_RDONLY|syscall.O_DIRECT, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	f, m := openDirect(t, "ooo.bin", data, 4<<20)
 	// Four readers take consecutive 1 MiB chunks from a shared cursor, as the kernel's
 	// readahead requests reach the filesystem: in order, but served in any order.
 	const chunk = 1 << 20
@@ -198,18 +181,9 @@ func TestConcurrentOutOfOrderSequentialReads(t *testing.T) {
 func TestStragglingReadsKeepTheWindow(t *testing.T) {
 	for _, late := range [][]int64{{5}, {5, 6}, {6, 5}, {3, 5, 4}} {
 		t.Run(fmt.Sprint(late), func(t *testing.T) {
-			s := testenv.StartS3(t)
 			const size = 48 << 20
 			data := pattern(size, 15)
-			putObject(t, s, "straggler.bin", data)
-			opts := baseOptions(s)
-			opts.ReadPartSize = ptr[uint64](4 << 20)
-			dir, m := mountFS(t, s, opts, 30*time.Second)
-			f, err := os.OpenFile(filepath.Join(dir, "straggler.bin"), os.O_RDONLY|syscall.O_DIRECT, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer f.Close()
+			f, m := openDirect(t, "straggler.bin", data, 4<<20)
 			const chunk = 1 << 20
 			// The late chunks are read after chunk 13: 8 MiB or more behind the stream, past
 			// the part that held them.
@@ -239,6 +213,26 @@ func TestStragglingReadsKeepTheWindow(t *testing.T) {
 			}
 		})
 	}
+}
+
+// openDirect stores data as the object name of a new bucket, mounts the bucket with read parts of
+// partSize bytes (0: the default) and opens the file with O_DIRECT, so every read reaches the
+// filesystem as asked, without the kernel's readahead.
+func openDirect(t *testing.T, name string, data []byte, partSize uint64) (*os.File, *Mounted) {
+	t.Helper()
+	s := testenv.StartS3(t)
+	putObject(t, s, name, data)
+	opts := baseOptions(s)
+	if partSize > 0 {
+		opts.ReadPartSize = &partSize
+	}
+	dir, m := mountFS(t, s, opts, 30*time.Second)
+	f, err := os.OpenFile(filepath.Join(dir, name), os.O_RDONLY|syscall.O_DIRECT, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.Close() })
+	return f, m
 }
 
 // alignedBuffer returns n bytes aligned for O_DIRECT.
