@@ -155,9 +155,17 @@ lint-chart: $(HELM) ## Run helm lint on charts/s3csi with every values file of c
 # tidying them would fetch the tools' own test dependencies, some of which the proxy refuses.
 # `go work sync` gives every module of go.work the versions the workspace selects, so all modules
 # compile the same dependency versions and the Go build cache holds one copy of client-go and its
-# closure per set of flags instead of one per module (on a cold cache, minutes of CPU each).
-update: generate $(GOLANGCI_LINT) ## Run every generator and formatter, align and tidy every product module.
+# closure per set of flags instead of one per module (on a cold cache, minutes of CPU each). The
+# tools built on Kubernetes' libraries are aligned with one another the same way, through a
+# workspace of their own: not with the driver (its Kubernetes is the cluster's, older) nor with the
+# CSI provisioner (a part of the product, built with the versions it was released with).
+K8S_TOOL_MODULES := hack/tools hack/tools/helm hack/tools/coredns
+update: generate $(GOLANGCI_LINT) ## Run every generator and formatter, align and tidy every module.
 	$(GO) work sync
+	@ws=$$(mktemp -d) && trap 'rm -rf "$$ws"' EXIT && \
+	  GOWORK=$$ws/go.work $(GO) work init $(addprefix $(CURDIR)/,$(K8S_TOOL_MODULES)) && \
+	  GOWORK=$$ws/go.work $(GO) work sync
+	@for m in $(K8S_TOOL_MODULES); do (cd $$m && GOWORK=off $(GO) mod tidy); done
 	@for m in $(MODULES); do (cd $$m && GOWORK=off $(GO) mod tidy && GOWORK=off $(GOLANGCI_LINT) fmt ./...); done
 
 .PHONY: generate

@@ -12,11 +12,13 @@
 # by ./staging). The version is linked in, or Helm and version checks see v0.0.0-master.
 #
 # Each throwaway module (Kubernetes', etcd's) is raised to the versions s3csi's workspace selects
-# for every module both use (golang.org/x/*, protobuf, gRPC, klog, OpenTelemetry...). With the same
-# versions and flags (static, -trimpath), a package compiles to the same Go build cache entry
-# whether a product image, a test harness or kube-apiserver asks for it: on a cold cache,
-# client-go and its closure compile once instead of once more for Kubernetes. Newer patch and minor
-# releases of these libraries keep their APIs; the build fails loudly if one does not.
+# for the modules of one library both build on: client-go's closure for Kubernetes (x/net, x/sys,
+# protobuf, klog, the k8s.io staging modules' selected version...), gRPC's for etcd. With the same
+# versions and flags (static, -trimpath), a package compiles to one Go build cache entry whether a
+# product image, a test harness or kube-apiserver asks for it: on a cold cache, client-go and its
+# closure compile once instead of once more for Kubernetes. Only these libraries are raised:
+# they keep their APIs across minor releases, where others do not (the CSI spec s3csi uses is newer
+# than the one kubelet builds with, and does not compile with it).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
@@ -54,18 +56,20 @@ mkdir -p "$dest"
 workspace_versions=$(cd "$root" && GOFLAGS= GOWORK="$root/go.work" go list -m -f '{{.Path}} {{.Version}}' all)
 export GOFLAGS=-mod=mod GOWORK=off CGO_ENABLED=0
 
-# align_with_workspace raises the requirements of the module in the current directory to the
-# workspace's version of every module both select at different versions, except the ones its
-# go.mod requires by name (what it builds). Any other requirement is a minimum, so a workspace
-# version older than the one selected here changes nothing. A staging
-# module (k8s.io/api...) is selected at v0.0.0 and replaced by its release: it compiles under the
-# selected version, so it too is required at the workspace's release (the same one) to share the
-# cache entry.
+# align_with_workspace ROOT... raises the requirements of the module in the current directory to
+# the workspace's version of every module that the packages ROOT... are built from, where the two
+# select different versions; a module its go.mod requires by name (what it builds) is left alone.
+# A requirement is a minimum, so a workspace version older than the one selected here changes
+# nothing. A staging module (k8s.io/api...) is selected at v0.0.0 and replaced by its release: it
+# compiles under the selected version, so it too is required at the workspace's release (the same
+# one) to share the cache entry.
 align_with_workspace() {
-  local edits=() direct
+  local edits=() direct closure
   direct=$(go mod edit -json | sed -n 's/^[[:space:]]*"Path": "\(.*\)",*$/\1/p')
+  closure=$(go list -deps -f '{{with .Module}}{{.Path}}{{end}}' "$@" | sort -u)
   while read -r path version; do
     grep -qxF "$path" <<< "$direct" && continue
+    grep -qxF "$path" <<< "$closure" || continue
     edits+=("-require=$path@$version")
   done < <(join <(go list -m -f '{{.Path}} {{.Version}}' all | sort) <(sort <<< "$workspace_versions") | awk '$2 != $3 {print $1, $3}')
   [ ${#edits[@]} -eq 0 ] || go mod edit "${edits[@]}"
@@ -89,7 +93,7 @@ if [ ${#kube_pkgs[@]} -gt 0 ] || $need_e2e; then
       echo
       sed -n 's#^[[:space:]]*\(replace[[:space:]]\+\)\{0,1\}\(k8s.io/[a-z0-9-]*\) => ./staging/src/k8s.io/[a-z0-9-]*$#replace \2 => \2 '"$staging_version"'#p' "$gomod"
     } > go.mod
-    align_with_workspace
+    align_with_workspace k8s.io/client-go/kubernetes
     ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION"
     ldflags="$ldflags -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
     ldflags="$ldflags -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION"
@@ -129,7 +133,7 @@ import (
 
 func main() { etcdmain.Main(os.Args) }
 GO
-    align_with_workspace
+    align_with_workspace google.golang.org/grpc
     go build -trimpath -ldflags "-s -w" -o "$dest/etcd.tmp" .
     mv "$dest/etcd.tmp" "$dest/etcd"
   )
