@@ -151,8 +151,10 @@ lint-chart: $(HELM) ## Run helm lint on charts/s3csi with every values file of c
 	@for f in charts/s3csi/ci/*-values.yaml; do echo "== helm lint $$f"; $(HELM) lint --strict charts/s3csi -f $$f; done
 
 .PHONY: update
-# The tools modules are not tidied: they hold `tool` directives pinned with `go get -tool`, and
-# tidying them would fetch the tools' own test dependencies, some of which the proxy refuses.
+# The modules of the linter, versitygw and the CSI provisioner are not tidied: they hold `tool`
+# directives pinned with `go get -tool`, and tidying them would fetch the tools' own test
+# dependencies, some of which the proxy refuses (those of controller-gen, Helm and CoreDNS it
+# serves, so the three are tidied after their alignment below).
 # `go work sync` gives every module of go.work the versions the workspace selects, so all modules
 # compile the same dependency versions and the Go build cache holds one copy of client-go and its
 # closure per set of flags instead of one per module (on a cold cache, minutes of CPU each). The
