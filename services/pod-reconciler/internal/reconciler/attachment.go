@@ -42,9 +42,14 @@ func (r *attachmentReconciler) Reconcile(ctx context.Context, req reconcile.Requ
 	changed := false
 	for _, mpName := range slices.Sorted(maps.Keys(desired.Spec.MountpointS3PodAttachments)) {
 		ws := desired.Spec.MountpointS3PodAttachments[mpName]
-		active, _, err := r.activeWorkloads(ctx, ws)
+		active, workloads, err := r.activeWorkloads(ctx, ws)
 		if err != nil {
 			return reconcile.Result{}, err
+		}
+		if len(active) > 0 {
+			if err := r.ensureMountpointPod(ctx, mpName, a, workloads); err != nil {
+				return reconcile.Result{}, err
+			}
 		}
 		if len(active) == len(ws) && len(ws) > 0 {
 			continue
@@ -83,6 +88,34 @@ func (r *attachmentReconciler) Reconcile(ctx context.Context, req reconcile.Requ
 	}
 	r.s3pas.put(desired)
 	return reconcile.Result{}, nil
+}
+
+// ensureMountpointPod creates the Mountpoint Pod mpName again when a records live workloads on
+// it and it does not exist.
+//
+// Problem: a workload recorded on a Mountpoint Pod that is gone (a drain deleted it as the
+// workload was being recorded, an older driver, a hand edit) would wait for it for ever: the
+// mountpoint controller replaces a pod only when its deletion finds workloads recorded on it.
+// Solution: every reconcile of the S3PA checks that each Mountpoint Pod with live workloads
+// exists (the cache, then the API server when the cache lacks it) and creates a missing one
+// under its name, telling its workloads with the replacement's Warning Event.
+// Invariant: the caller holds the sharing-key lock of a.
+func (r *attachmentReconciler) ensureMountpointPod(ctx context.Context, mpName string,
+	a *s3csiv2.MountpointS3PodAttachment, workloads []*corev1.Pod,
+) error {
+	err := r.client.Get(ctx, client.ObjectKey{Namespace: r.cfg.MountpointNamespace, Name: mpName}, &corev1.Pod{})
+	switch {
+	case err == nil:
+		return nil
+	case !apierrors.IsNotFound(err):
+		return fmt.Errorf("get Mountpoint Pod %s: %w", mpName, err)
+	}
+	live, err := r.liveMountpointPod(ctx, mpName)
+	if err != nil || live != nil {
+		return err
+	}
+	_, err = r.replaceLocked(ctx, mpName, nil, a, workloads, "missing")
+	return err
 }
 
 // deleteAttachment deletes an S3PA that records no workload.

@@ -113,27 +113,34 @@ func (r *mountpointReconciler) replace(ctx context.Context, name string, old *co
 ) (reconcile.Result, error) {
 	unlock := r.locks.Lock(sharingkey.FromSpec(&a.Spec).String())
 	defer unlock()
+	return r.replaceLocked(ctx, name, old, a, workloads, cause)
+}
+
+// replaceLocked is replace for a caller that holds the sharing-key lock of a.
+func (s *state) replaceLocked(ctx context.Context, name string, old *corev1.Pod, a *s3csiv2.MountpointS3PodAttachment,
+	workloads []*corev1.Pod, cause string,
+) (reconcile.Result, error) {
 	pv := &corev1.PersistentVolume{}
-	if err := r.client.Get(ctx, client.ObjectKey{Name: a.Spec.PersistentVolumeName}, pv); err != nil {
+	if err := s.client.Get(ctx, client.ObjectKey{Name: a.Spec.PersistentVolumeName}, pv); err != nil {
 		if !apierrors.IsNotFound(err) {
 			return reconcile.Result{}, fmt.Errorf("get PersistentVolume %s: %w", a.Spec.PersistentVolumeName, err)
 		}
 		pv.Name = a.Spec.PersistentVolumeName
 		pv.Spec.CSI = &corev1.CSIPersistentVolumeSource{VolumeHandle: a.Spec.VolumeID}
 	}
-	fresh, err := buildMountpointPod(r.cfg, name, a.Spec.NodeName, pv)
+	fresh, err := buildMountpointPod(s.cfg, name, a.Spec.NodeName, pv)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	if err := r.ownByNode(ctx, fresh); err != nil {
+	if err := s.ownByNode(ctx, fresh); err != nil {
 		return reconcile.Result{}, err
 	}
 	if old != nil {
-		if err := r.deleteMountpointPod(ctx, old); err != nil {
+		if err := s.deleteMountpointPod(ctx, old); err != nil {
 			return reconcile.Result{}, err
 		}
 	}
-	if err := r.client.Create(ctx, fresh); err != nil {
+	if err := s.client.Create(ctx, fresh); err != nil {
 		if apierrors.IsAlreadyExists(err) {
 			if old == nil {
 				return reconcile.Result{}, nil // someone (an earlier reconcile) replaced it already
@@ -142,11 +149,11 @@ func (r *mountpointReconciler) replace(ctx context.Context, name string, old *co
 		}
 		return reconcile.Result{}, fmt.Errorf("create replacement Mountpoint Pod %s: %w", fresh.Name, err)
 	}
-	r.mpPods.put(fresh)
-	r.m.MountpointPodsCreatedTotal.Inc()
-	r.m.MountpointPodsReplacedTotal.Inc()
+	s.mpPods.put(fresh)
+	s.m.MountpointPodsCreatedTotal.Inc()
+	s.m.MountpointPodsReplacedTotal.Inc()
 	for _, w := range workloads {
-		r.recorder.Eventf(w, corev1.EventTypeWarning, "MountpointPodReplaced",
+		s.recorder.Eventf(w, corev1.EventTypeWarning, "MountpointPodReplaced",
 			"Mountpoint Pod %s/%s serving volume %s ended (%s) and was replaced; if the volume reports "+
 				"\"transport endpoint is not connected\", restart this pod", fresh.Namespace, name,
 			a.Spec.PersistentVolumeName, cause)

@@ -92,11 +92,36 @@ func (s *state) mountpointPodAccepts(ctx context.Context, name string) (bool, er
 	err := s.client.Get(ctx, client.ObjectKey{Namespace: s.cfg.MountpointNamespace, Name: name}, cached)
 	switch {
 	case apierrors.IsNotFound(err):
-		return inRecent && s.acceptsWorkloads(recent), nil
+		if !inRecent || !s.acceptsWorkloads(recent) {
+			return false, nil
+		}
+		// Written by this process but not cached: created a moment ago, or deleted since (a
+		// drain evicted it and it finished). Only the API server can tell; a workload
+		// recorded on a pod that is gone would wait for it for ever.
+		live, err := s.liveMountpointPod(ctx, name)
+		if err != nil || live == nil {
+			return false, err
+		}
+		return s.acceptsWorkloads(live), nil
 	case err != nil:
 		return false, fmt.Errorf("get Mountpoint Pod %s: %w", name, err)
 	}
 	return s.acceptsWorkloads(cached) && (!inRecent || s.acceptsWorkloads(recent)), nil
+}
+
+// liveMountpointPod reads the Mountpoint Pod name from the API server; nil, recorded as
+// deleted, when it does not exist. The caller holds the sharing-key lock of an attachment
+// naming it, so no one creates it meanwhile.
+func (s *state) liveMountpointPod(ctx context.Context, name string) (*corev1.Pod, error) {
+	pod := &corev1.Pod{}
+	if err := s.live.Get(ctx, client.ObjectKey{Namespace: s.cfg.MountpointNamespace, Name: name}, pod); err != nil {
+		if apierrors.IsNotFound(err) {
+			s.mpPods.tombstone(s.cfg.MountpointNamespace, name)
+			return nil, nil
+		}
+		return nil, fmt.Errorf("get Mountpoint Pod %s: %w", name, err)
+	}
+	return pod, nil
 }
 
 // refreshAttachment re-reads the S3PA name from the API server into the recent writes, after a
