@@ -21,12 +21,19 @@ type RPCRecorder interface {
 	ObserveRPC(method string, code codes.Code, d time.Duration)
 }
 
+// maxAnswerMargin bounds how long before the caller's deadline a handler's context ends.
+const maxAnswerMargin = 5 * time.Second
+
 // Interceptor logs every RPC with its sanitized request and response at Debug and its
 // failure at Info, and records its outcome on rec (nil records nothing).
 //
 // Problem: a handler may wrap an error that quotes a request field, and a secret in it would
-// reach both the caller (kubelet events, sidecar logs) and this log.
-// Solution: every secret value of the request is cut out of the error message here.
+// reach both the caller (kubelet events, sidecar logs) and this log. And a handler that waits
+// (for an attachment, a Mountpoint Pod) until its deadline explains in vain: the caller's own
+// deadline fires at the same instant, so kubelet shows a bare "context deadline exceeded".
+// Solution: every secret value of the request is cut out of the error message here; the
+// handler's context ends a margin (a tenth of the time left, at most maxAnswerMargin) before
+// the caller's deadline, so its answer arrives first.
 // Invariant: no secret of a request appears in the log or in the status it returns.
 func Interceptor(log logr.Logger, rec RPCRecorder) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
@@ -34,6 +41,11 @@ func Interceptor(log logr.Logger, rec RPCRecorder) grpc.UnaryServerInterceptor {
 		l := log.WithValues("method", info.FullMethod)
 		if l.V(logging.Debug).Enabled() {
 			l.V(logging.Debug).Info("RPC request", "request", sanitizeAny(req))
+		}
+		if deadline, ok := ctx.Deadline(); ok {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithDeadline(ctx, deadline.Add(-min(maxAnswerMargin, time.Until(deadline)/10)))
+			defer cancel()
 		}
 		resp, err := handler(logr.NewContext(ctx, l), req)
 		err = scrubError(err, req)

@@ -270,3 +270,37 @@ func TestServerReplacesOnlyAStaleSocket(t *testing.T) {
 		t.Errorf("the regular file is gone: %v", err)
 	}
 }
+
+// waiting is a CSI node plugin whose NodePublishVolume waits for something that never comes
+// and, when its context ends, says what it waited for.
+type waiting struct{ csi.UnimplementedNodeServer }
+
+func (waiting) NodePublishVolume(ctx context.Context, _ *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
+	<-ctx.Done()
+	return nil, status.Error(codes.DeadlineExceeded, "Mountpoint Pod mount-s3/mp-1 is not running; see kubectl describe pod")
+}
+
+// A handler that waits until its deadline answers before the caller's deadline, so the caller
+// (kubelet, which shows it in the pod's Events) gets the handler's explanation rather than its
+// own bare "context deadline exceeded".
+func TestAWaitThatTimesOutReachesTheCallerWithItsReason(t *testing.T) {
+	s := csiserver.New(csiserver.Config{
+		Endpoint: "unix://" + filepath.Join(shortDir(t), "csi.sock"), Name: "CSI",
+		Log:      testr.New(t),
+		Register: func(g *grpc.Server) { csi.RegisterNodeServer(g, waiting{}) },
+	})
+	start(t, s)
+	conn, err := grpc.NewClient("unix://"+s.Path(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	for _, timeout := range []time.Duration{500 * time.Millisecond, 3 * time.Second} {
+		ctx, cancel := context.WithTimeout(t.Context(), timeout)
+		_, err = csi.NewNodeClient(conn).NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: "v", TargetPath: "/t"})
+		cancel()
+		if msg := status.Convert(err).Message(); status.Code(err) != codes.DeadlineExceeded || !strings.Contains(msg, "mp-1 is not running") {
+			t.Errorf("with a %v deadline the caller got %v, want the handler's reason", timeout, err)
+		}
+	}
+}
