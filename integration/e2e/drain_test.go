@@ -113,7 +113,11 @@ func runningPodOf(ctx context.Context, t testing.TB, ns string, labels map[strin
 				found = p
 				return nil
 			}
-			phases = append(phases, p.Name+" "+string(p.Status.Phase))
+			state := p.Name + " " + string(p.Status.Phase)
+			if p.Status.Phase == corev1.PodPending {
+				state += " (events: " + podEvents(ctx, p) + ")"
+			}
+			phases = append(phases, state)
 		}
 		return fmt.Errorf("pods: %v", phases)
 	})
