@@ -143,8 +143,12 @@ $(CLUSTER): $(shell find integration/cluster integration/cmd/s3csi-cluster -name
 lint: lint-go lint-chart ## Run golangci-lint in every module and helm lint on the chart.
 
 .PHONY: lint-go
+# golangci-lint spends a third of its CPU collecting garbage at Go's default GOGC=100: with 400 a
+# cold run on services/pod-reconciler takes 88 CPU-s instead of 132, for 3.5 GB of peak memory
+# instead of 2.3 (the compiler and the go command gain nothing from it).
+LINT_GOGC := 400
 lint-go: $(GOLANGCI_LINT) ## Run golangci-lint in every module (on the code as the images build it: static, -trimpath).
-	@for m in $(MODULES); do echo "== lint $$m"; (cd $$m && $(GO_RELEASE) $(GOLANGCI_LINT) run ./...); done
+	@for m in $(MODULES); do echo "== lint $$m"; (cd $$m && $(GO_RELEASE) GOGC=$(LINT_GOGC) $(GOLANGCI_LINT) run ./...); done
 
 .PHONY: lint-chart
 lint-chart: $(HELM) ## Run helm lint on charts/s3csi with every values file of charts/s3csi/ci.
