@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -34,7 +35,9 @@ func addWorkload(ctx context.Context, c client.Client, key client.ObjectKey, mp,
 // TestLiveWorkloadSurvivesSweepsThatRaceItsCreation adds workloads to an attachment while sweeps
 // run back to back. Their attachment times are old, as if the pod-reconciler had been slow, so
 // only the janitor's re-read of the API server stands between them and removal, while the
-// janitor's cache lags behind the new pods.
+// janitor's cache lags behind the new pods. A sweep that loses conflictAttempts races in a row
+// returns the conflict (the next sweep starts over, as in production); on a loaded machine that
+// happens, and it is not a failure: losing a live workload is.
 func TestLiveWorkloadSurvivesSweepsThatRaceItsCreation(t *testing.T) {
 	h := newHarness(t, harnessOptions{})
 	node := uniqueName("node")
@@ -45,7 +48,7 @@ func TestLiveWorkloadSurvivesSweepsThatRaceItsCreation(t *testing.T) {
 
 	stop := make(chan struct{})
 	sweepErrs := make(chan error, 1)
-	var sweeps atomic.Int64
+	var sweeps, lostRaces atomic.Int64
 	go func() {
 		defer close(sweepErrs)
 		for {
@@ -54,7 +57,11 @@ func TestLiveWorkloadSurvivesSweepsThatRaceItsCreation(t *testing.T) {
 				return
 			default:
 			}
-			if _, err := h.j.Sweep(h.ctx); err != nil {
+			_, err := h.j.Sweep(h.ctx)
+			switch {
+			case apierrors.IsConflict(err):
+				lostRaces.Add(1)
+			case err != nil:
 				sweepErrs <- err
 				return
 			}
@@ -84,8 +91,8 @@ func TestLiveWorkloadSurvivesSweepsThatRaceItsCreation(t *testing.T) {
 	}
 	got := sets.New(entries(s3pa)[mp.Name]...)
 	if !got.Equal(live) {
-		t.Errorf("workloads after %d racing sweeps: missing %v, unexpected %v", sweeps.Load(),
-			sets.List(live.Difference(got)), sets.List(got.Difference(live)))
+		t.Errorf("workloads after %d racing sweeps (%d gave up on conflicts): missing %v, unexpected %v",
+			sweeps.Load(), lostRaces.Load(), sets.List(live.Difference(got)), sets.List(got.Difference(live)))
 	}
 }
 
