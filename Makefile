@@ -12,17 +12,21 @@ SERVICES := csi-controller pod-reconciler node-agent mounter janitor
 BIN      := $(CURDIR)/bin
 CLUSTER  := $(BIN)/s3csi-cluster
 GO       ?= go
+# No build emits DWARF debug information: no test, image or tool reads it (stack traces and the
+# race detector use the symbol table), and leaving it out costs a tenth less compile CPU and a
+# third less link CPU on a cold cache. Build with GO_NODWARF= to debug with a debugger.
+GO_NODWARF ?= -gcflags=all=-dwarf=false -ldflags=-w
 # Tests run each module on its own (GOWORK=off) so every go.mod is proven complete; the build
 # tooling under hack/ runs without -race (a race build of CoreDNS costs minutes and tests nothing
 # of the product). go test's own vet pass is off: it computes vet facts for every dependency (minutes
 # of CPU on a cold cache), and `make lint` runs govet with every analyzer on the same code.
-GOTEST_FLAGS ?= -race -count=1 -timeout=20m -vet=off
+GOTEST_FLAGS ?= -race -count=1 -timeout=20m -vet=off $(GO_NODWARF)
 # Every build that is not a race test is made as the images' binaries are: on its module alone,
 # static and with -trimpath. The Go build cache then holds one compiled copy of each package for
 # the images, the binaries tests build and run (shared/testenv.GoBuild), the tools, the cluster
 # harness, the e2e suite and lint, instead of one per set of flags (-race, which needs cgo, has
 # its own).
-GO_RELEASE := GOWORK=off CGO_ENABLED=0 GOFLAGS=-trimpath
+GO_RELEASE := GOWORK=off CGO_ENABLED=0 GOFLAGS="-trimpath $(GO_NODWARF)"
 
 # Pinned tools: each lives in a module of its own under hack/tools so that its dependencies never
 # move the driver's. `make tools` builds them into bin/.

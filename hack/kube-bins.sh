@@ -2,9 +2,9 @@
 # Builds Kubernetes binaries and etcd from the Go module proxy into a cache dir outside the
 # repository, each once per version, and prints the directory. Arguments name the binaries wanted
 # (default: the cluster's seven): kube-apiserver kubelet kube-scheduler kube-controller-manager
-# kube-proxy kubectl etcd; also known are e2e.test (Kubernetes' e2e suite, for its External Storage
-# tests), ginkgo (the runner that runs it in parallel, at the version the suite links) and agnhost
-# (the suite's test image program). envtest needs kube-apiserver and etcd; the
+# kube-proxy kubectl etcd; also known are e2e.test (Kubernetes' e2e suite built with its External
+# Storage tests only), ginkgo (the runner that runs it in parallel, at the version the suite links)
+# and agnhost (the suite's test image program). envtest needs kube-apiserver and etcd; the
 # single-node cluster needs the seven.
 #
 # Kubernetes is built through a throwaway module that requires k8s.io/kubernetes and every staging
@@ -54,7 +54,9 @@ fi
 mkdir -p "$dest"
 # The versions s3csi's modules build with (all alike: `make update` runs `go work sync`).
 workspace_versions=$(cd "$root" && GOFLAGS= GOWORK="$root/go.work" go list -m -f '{{.Path}} {{.Version}}' all)
-export GOFLAGS=-mod=mod GOWORK=off CGO_ENABLED=0
+# The flags of every s3csi build that is not a race test (the Makefile's GO_RELEASE): the cache
+# entries are shared only when they are equal.
+export GOFLAGS="-mod=mod -trimpath -gcflags=all=-dwarf=false" GOWORK=off CGO_ENABLED=0
 
 # align_with_workspace ROOT... raises the requirements of the module in the current directory to
 # the workspace's version of every module that the packages ROOT... are built from, where the two
@@ -100,13 +102,57 @@ if [ ${#kube_pkgs[@]} -gt 0 ] || $need_e2e; then
     ldflags="$ldflags -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=$minor"
     mkdir out
     if [ ${#kube_pkgs[@]} -gt 0 ]; then
-      go build -trimpath -ldflags "$ldflags" -o out/ "${kube_pkgs[@]}"
+      go build -ldflags "$ldflags" -o out/ "${kube_pkgs[@]}"
     fi
     if $need_e2e; then
-      # The suite is the test binary of package test/e2e; its test-only requirements join the
-      # throwaway module's graph through -mod=mod. go test's vet pass would compute vet facts for
-      # all of Kubernetes (minutes of CPU) to check code that is not ours.
-      go test -c -vet=off -trimpath -ldflags "$ldflags" -o out/e2e.test k8s.io/kubernetes/test/e2e
+      # The suite is a test binary of the External Storage tests alone, where Kubernetes' own
+      # e2e.test links every suite (apps, network, DRA, cloud providers...): it parses the same
+      # flags and runs the same specs (RunE2ETests), 682 of them instead of 7459, and builds in
+      # 331 CPU-seconds instead of 387 on a cold cache, for an 82 MB binary instead of 100. Its
+      # test-only requirements join the throwaway module's graph through -mod=mod; go test's vet
+      # pass would compute vet facts for all of Kubernetes (minutes of CPU) to check code that is
+      # not ours.
+      mkdir suite
+      cat > suite/suite_test.go <<'GO'
+package suite
+
+import (
+	"flag"
+	"os"
+	"testing"
+
+	"k8s.io/kubernetes/test/e2e"
+	"k8s.io/kubernetes/test/e2e/framework"
+	"k8s.io/kubernetes/test/e2e/framework/config"
+	"k8s.io/kubernetes/test/e2e/framework/testfiles"
+	manifests "k8s.io/kubernetes/test/e2e/testing-manifests"
+	"k8s.io/kubernetes/test/fixtures"
+
+	_ "k8s.io/kubernetes/test/e2e/feature"
+	_ "k8s.io/kubernetes/test/e2e/framework/debug/init"
+	_ "k8s.io/kubernetes/test/e2e/framework/metrics/init"
+	_ "k8s.io/kubernetes/test/e2e/framework/node/init"
+	_ "k8s.io/kubernetes/test/e2e/storage/external"
+	_ "k8s.io/kubernetes/test/utils/format"
+)
+
+func TestMain(m *testing.M) {
+	config.CopyFlags(config.Flags, flag.CommandLine)
+	framework.RegisterCommonFlags(flag.CommandLine)
+	framework.RegisterClusterFlags(flag.CommandLine)
+	flag.Parse()
+	testfiles.AddFileSource(manifests.GetE2ETestingManifestsFS())
+	testfiles.AddFileSource(fixtures.GetTestFixturesFS())
+	framework.AfterReadingAllFlags(&framework.TestContext)
+	if framework.TestContext.RepoRoot != "" {
+		testfiles.AddFileSource(testfiles.RootFileSource{Root: framework.TestContext.RepoRoot})
+	}
+	os.Exit(m.Run())
+}
+
+func TestE2E(t *testing.T) { e2e.RunE2ETests(t) }
+GO
+      go test -c -vet=off -ldflags "$ldflags" -o out/e2e.test ./suite
     fi
     mv out/* "$dest/"
   )
@@ -134,7 +180,7 @@ import (
 func main() { etcdmain.Main(os.Args) }
 GO
     align_with_workspace google.golang.org/grpc
-    go build -trimpath -ldflags "-s -w" -o "$dest/etcd.tmp" .
+    go build -ldflags "-s -w" -o "$dest/etcd.tmp" .
     mv "$dest/etcd.tmp" "$dest/etcd"
   )
 fi

@@ -16,11 +16,12 @@ import (
 	"time"
 )
 
-// TestKubernetesExternalStorageSuite runs Kubernetes' own storage tests (the e2e.test binary of
-// k8s.io/kubernetes v1.34.4, built by hack/kube-bins.sh) against the installed chart: its External
-// Storage tests for the driver upstream/testdriver.yaml defines, with the Dynamic PV patterns. The
-// tests upstream/skip.txt names are skipped, each for the reason written beside it; any other
-// test that fails fails this one, with the suite's own message.
+// TestKubernetesExternalStorageSuite runs Kubernetes' own storage tests (an e2e.test binary of
+// k8s.io/kubernetes v1.34.4 with only the External Storage tests linked in, built by
+// hack/kube-bins.sh) against the installed chart: its External Storage tests for the driver
+// upstream/testdriver.yaml defines, with the Dynamic PV patterns. The tests upstream/skip.txt
+// names are skipped, each for the reason written beside it; any other test that fails fails this
+// one, with the suite's own message.
 func TestKubernetesExternalStorageSuite(t *testing.T) {
 	bin, runner := filepath.Join(cfg.KubeBinDir, "e2e.test"), filepath.Join(cfg.KubeBinDir, "ginkgo")
 	for _, f := range []string{bin, runner} {

@@ -35,12 +35,12 @@ func BuildBinary(t testing.TB, name string) string {
 }
 
 // GoBuild builds the main package pkg of the module in dir into out the way the images' binaries
-// are built (the Makefile's IMAGE_GO): on its module alone (GOWORK=off), static (CGO_ENABLED=0)
-// and with -trimpath. A test then runs the binary that ships, and the packages compiled for it
-// are the ones the image builds, the e2e suite and lint reuse from the Go build cache, whatever
-// flags the test itself was built with (-race needs cgo).
+// are built (the Makefile's IMAGE_GO and GO_NODWARF): on its module alone (GOWORK=off), static
+// (CGO_ENABLED=0), with -trimpath and without DWARF. A test then runs the binary that ships, and
+// the packages compiled for it are the ones the image builds, the e2e suite and lint reuse from
+// the Go build cache, whatever flags the test itself was built with (-race needs cgo).
 func GoBuild(ctx context.Context, dir, pkg, out string) error {
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", out, pkg)
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-gcflags=all=-dwarf=false", "-ldflags=-w", "-o", out, pkg)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "GOWORK=off", "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
