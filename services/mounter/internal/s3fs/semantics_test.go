@@ -218,10 +218,28 @@ func TestPrefixAndReadOnly(t *testing.T) {
 	if names := readNames(t, dir); !slices.Equal(names, []string{"x.txt"}) {
 		t.Fatalf("prefix view lists %q, want [x.txt]", names)
 	}
+	// Every call that would change the bucket is refused with EROFS (scenario S11), the existing
+	// object's included, and the bucket is unchanged.
+	x := filepath.Join(dir, "x.txt")
 	wantErrno(t, "create", os.WriteFile(filepath.Join(dir, "y.txt"), []byte("y"), 0o644), syscall.EROFS)
 	wantErrno(t, "mkdir", os.Mkdir(filepath.Join(dir, "d"), 0o755), syscall.EROFS)
-	wantErrno(t, "unlink", os.Remove(filepath.Join(dir, "x.txt")), syscall.EROFS)
+	wantErrno(t, "unlink", os.Remove(x), syscall.EROFS)
+	_, err := os.OpenFile(x, os.O_WRONLY, 0)
+	wantErrno(t, "open for writing", err, syscall.EROFS)
+	_, err = os.OpenFile(x, os.O_RDWR|os.O_TRUNC, 0)
+	wantErrno(t, "open with O_TRUNC", err, syscall.EROFS)
+	wantErrno(t, "truncate", os.Truncate(x, 0), syscall.EROFS)
+	wantErrno(t, "rename", os.Rename(x, filepath.Join(dir, "z.txt")), syscall.EROFS)
+	wantErrno(t, "chmod", os.Chmod(x, 0o600), syscall.EROFS)
+	wantErrno(t, "symlink", os.Symlink("x.txt", filepath.Join(dir, "l")), syscall.EROFS)
 	bucketHas(t, s, "team/x.txt", []byte("x"))
+	bucketHas(t, s, "other.txt", []byte("o"))
+	for _, key := range []string{"team/y.txt", "team/d/", "team/z.txt", "team/l"} {
+		bucketHas(t, s, key, nil)
+	}
+	if names := readNames(t, dir); !slices.Equal(names, []string{"x.txt"}) {
+		t.Fatalf("after the refused calls the prefix view lists %q, want [x.txt]", names)
+	}
 }
 
 func readNames(t *testing.T, dir string) []string {
