@@ -18,8 +18,9 @@ import (
 	"github.com/s3csi/s3csi/shared/fixture"
 )
 
-// A read-only PersistentVolume and a read-only volume mount of a writable one: the workload reads,
-// its write fails with EROFS, the mount is ro in the container and nothing reaches the bucket.
+// A read-only PersistentVolume and a read-only volume mount of a writable one (scenario S11): the
+// workload reads; its write, rename, truncation, deletion and mkdir fail with EROFS; the mount is
+// ro in the container and the bucket is unchanged.
 func TestReadOnlyVolumeAndReadOnlyMount(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -29,7 +30,11 @@ func TestReadOnlyVolumeAndReadOnlyMount(t *testing.T) {
 	script := strings.Join([]string{
 		"for d in /ro-pv /ro-mount; do",
 		"  echo \"$d seed: $(cat $d/seed.txt)\"",
-		"  if echo x > $d/new.txt 2>/tmp/err; then echo \"$d WRITE-SUCCEEDED\"; else echo \"$d write refused: $(cat /tmp/err)\"; fi",
+		// Each in a subshell: a failed redirection ends a non-interactive shell, and the
+		// subshell's 2> catches the shell's own "can't create" message.
+		"  for op in 'echo x > $d/new.txt' 'mv $d/seed.txt $d/moved.txt' ': > $d/seed.txt' 'rm $d/seed.txt' 'mkdir $d/dir'; do",
+		"    if (eval \"$op\") 2>/tmp/err; then echo \"$d SUCCEEDED: $op\"; else echo \"$d refused: $op: $(cat /tmp/err)\"; fi",
+		"  done",
 		"  grep \" $d \" /proc/mounts",
 		"done",
 	}, "\n")
@@ -38,21 +43,38 @@ func TestReadOnlyVolumeAndReadOnlyMount(t *testing.T) {
 	create(ctx, t, pod)
 	out := waitPodDone(ctx, t, pod)
 	for _, d := range []string{"/ro-pv", "/ro-mount"} {
-		for _, want := range []string{d + " seed: seed", d + " write refused:", "Read-only file system"} {
-			if !strings.Contains(out, want) {
-				t.Errorf("the workload's output lacks %q; it printed:\n%s", want, out)
-			}
+		if !strings.Contains(out, d+" seed: seed") {
+			t.Errorf("the workload did not read %s/seed.txt; it printed:\n%s", d, out)
 		}
-		if strings.Contains(out, d+" WRITE-SUCCEEDED") {
-			t.Errorf("a write through %s succeeded:\n%s", d, out)
+		if strings.Contains(out, d+" SUCCEEDED") {
+			t.Errorf("a change through %s succeeded:\n%s", d, out)
+		}
+		if n := refusedReadOnly(out, d); n != 5 {
+			t.Errorf("%d of the write, rename, truncation, deletion and mkdir through %s were refused with \"Read-only file system\", want 5:\n%s", n, d, out)
 		}
 		if !mountedReadOnly(out, d) {
 			t.Errorf("%s is not mounted ro in the container:\n%s", d, out)
 		}
 	}
 	for _, pv := range []*corev1.PersistentVolume{roPV, rwPV} {
-		absent(ctx, t, bucketOf(pv), "new.txt")
+		if got := object(ctx, t, bucketOf(pv), "seed.txt"); got != "seed" {
+			t.Errorf("seed.txt of bucket %s holds %q after the refused calls, want \"seed\"", bucketOf(pv), got)
+		}
+		for _, key := range []string{"new.txt", "moved.txt", "dir/"} {
+			absent(ctx, t, bucketOf(pv), key)
+		}
 	}
+}
+
+// refusedReadOnly counts the lines of out that report a refused change through dir with EROFS.
+func refusedReadOnly(out, dir string) int {
+	n := 0
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, dir+" refused: ") && strings.Contains(line, "Read-only file system") {
+			n++
+		}
+	}
+	return n
 }
 
 // mountedReadOnly reports whether a /proc/mounts line of dir in out has the ro option.
