@@ -192,6 +192,57 @@ func TestAForbiddenMountOptionIsNamedInTheWorkloadsEvents(t *testing.T) {
 	})
 }
 
+// Two PersistentVolumes with one volumeHandle in one pod (S29): kubelet mounts a handle once per
+// pod and waits for the other volume for ever, so the workload is told at once, with the fix, and
+// cleaned up when it goes.
+func TestTwoVolumesWithOneHandleInAPodAreNamedInItsEvents(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	ns := namespace(t, "samehandle")
+	first := staticClaim(ctx, t, ns, "first")
+	second := staticClaim(ctx, t, ns, "second", fixture.WithVolumeHandle(bucketOf(first)))
+	pod := busybox(ns, "both", "cat /first/seed.txt /second/seed.txt", claimVolume("first", "first"), claimVolume("second", "second"))
+	create(ctx, t, pod)
+	start := time.Now()
+	eventually(ctx, t, "an InvalidVolume event naming both volumes and the handle", func() error {
+		events := podEvents(ctx, pod)
+		for _, want := range []string{"InvalidVolume", first.Name, second.Name, `same volumeHandle "` + bucketOf(first) + `"`} {
+			if !strings.Contains(events, want) {
+				return fmt.Errorf("the events lack %q: %s", want, events)
+			}
+		}
+		return nil
+	})
+	told := time.Now()
+	if err := getPod(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	// The claims bind and the scheduler places the pod first, at their own pace; the
+	// pod-reconciler acts once the pod is scheduled.
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionTrue {
+			t.Logf("the workload was told %s after its creation, %s after it was scheduled (condition times are in seconds)",
+				told.Sub(start).Round(time.Millisecond), told.Sub(c.LastTransitionTime.Time).Round(time.Second))
+		}
+	}
+
+	if err := k8s.Delete(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	eventually(ctx, t, "no Mountpoint Pod or attachment left for either volume", func() error {
+		for _, pv := range []string{first.Name, second.Name} {
+			atts, mps, err := attachmentsOf(ctx, pv)
+			if err != nil {
+				return err
+			}
+			if len(atts)+len(mps) > 0 {
+				return fmt.Errorf("%d attachments and %d Mountpoint Pods remain for %s", len(atts), len(mps), pv)
+			}
+		}
+		return nil
+	})
+}
+
 // A pod with two S3 volumes, one of them mounted at two more paths, once with a subPath (S29): every
 // mount serves, and the mounts of one volume show the same objects. (A pod that lists one claim under
 // two volumes never starts: kubelet waits for one of the two forever, whatever the driver; one

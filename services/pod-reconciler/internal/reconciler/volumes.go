@@ -31,9 +31,11 @@ func hasClaims(pod *corev1.Pod) bool {
 // resolveVolumes returns the pod's volumes that are bound to PVs of this driver. unbound is true
 // when some claim is not bound yet (or its PV not yet known), so the pod must be looked at
 // again. Volumes of other drivers are left out; a volume of this driver whose key cannot be
-// derived is reported in bad, the others still proceed.
+// derived is reported in bad, the others still proceed. Two volumes of the pod with one
+// volumeHandle are reported in bad too (see sameHandle), and both still proceed.
 func resolveVolumes(ctx context.Context, c client.Reader, pod *corev1.Pod) (vols []workloadVolume, unbound bool, bad []error) {
 	seen := map[string]bool{}
+	byHandle := map[string]handleUse{}
 	for _, v := range pod.Spec.Volumes {
 		claim := v.PersistentVolumeClaim
 		if claim == nil {
@@ -47,6 +49,12 @@ func resolveVolumes(ctx context.Context, c client.Reader, pod *corev1.Pod) (vols
 		if pv == nil || pv.Spec.CSI == nil || pv.Spec.CSI.Driver != mppod.DriverName {
 			continue
 		}
+		use := handleUse{volume: v.Name, claim: claim.ClaimName, pv: pv.Name}
+		if first, ok := byHandle[pv.Spec.CSI.VolumeHandle]; ok {
+			bad = append(bad, sameHandle(first, use, pv.Spec.CSI.VolumeHandle))
+		} else {
+			byHandle[pv.Spec.CSI.VolumeHandle] = use
+		}
 		key, err := sharingkey.ForWorkload(pod, claim, pv)
 		if err != nil {
 			bad = append(bad, err)
@@ -59,6 +67,27 @@ func resolveVolumes(ctx context.Context, c client.Reader, pod *corev1.Pod) (vols
 		vols = append(vols, workloadVolume{pv: pv, key: key})
 	}
 	return vols, unbound, bad
+}
+
+// handleUse is a volume of a pod and the claim and PV it resolved to.
+type handleUse struct{ volume, claim, pv string }
+
+// sameHandle explains two volumes of one pod with one volumeHandle.
+//
+// Problem: kubelet names a CSI volume by its driver and volumeHandle alone, so it mounts one of
+// the two and waits for the other for ever: the pod stays ContainerCreating, and two minutes
+// later kubelet's event says only "unmounted volumes=[...]".
+// Solution: say it on the workload as soon as the pod is scheduled, with the fix.
+func sameHandle(first, second handleUse, handle string) error {
+	if first.pv == second.pv {
+		return fmt.Errorf("volumes %q and %q both use claim %q (PersistentVolume %s): kubelet mounts a volume once "+
+			"per pod and waits for the other one for ever, so the pod stays ContainerCreating; use one volume "+
+			"with several volumeMounts", first.volume, second.volume, second.claim, second.pv)
+	}
+	return fmt.Errorf("volumes %q and %q use PersistentVolumes %s and %s, which have the same volumeHandle %q: "+
+		"kubelet mounts a volume handle once per pod and waits for the other volume for ever, so the pod stays "+
+		"ContainerCreating; give each PersistentVolume its own volumeHandle (several may name the same bucket "+
+		"in volumeAttributes.bucketName)", first.volume, second.volume, first.pv, second.pv, handle)
 }
 
 // errNotBound says that a claim is not (yet) bound both ways to a PV.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -305,5 +306,77 @@ func TestAMountpointPodIsControlledByItsNode(t *testing.T) {
 		default:
 			t.Errorf("Mountpoint Pod %s bound to %q", mp.Name, nodeOf(&mp))
 		}
+	}
+}
+
+// Two volumes of one pod with one volumeHandle never both mount (kubelet names a CSI volume by its
+// handle): the workload is told at once, with the fix, instead of waiting in ContainerCreating.
+func TestVolumesWithOneHandleInOnePodAreExplained(t *testing.T) {
+	h := newHarness(t)
+	h.start()
+	pvA := h.volume("a", fixture.WithVolumeHandle(h.ns+"-shared"))
+	pvB := h.volume("b", fixture.WithVolumeHandle(h.ns+"-shared"))
+	h.volume("c")
+	both := h.workload("both", h.node, fixture.WithClaim("va", "a"), fixture.WithClaim("vb", "b"))
+	twice := h.workload("twice", h.node, fixture.WithClaim("v1", "a"), fixture.WithClaim("v2", "a"))
+	distinct := h.workload("distinct", h.node, fixture.WithClaim("va", "a"), fixture.WithClaim("vc", "c"))
+	invalid := func(pod *corev1.Pod) ([]string, error) {
+		list := &corev1.EventList{}
+		if err := h.c.List(h.ctx, list, client.InNamespace(h.ns)); err != nil {
+			return nil, err
+		}
+		var msgs []string
+		for _, e := range list.Items {
+			if e.InvolvedObject.UID == pod.UID && e.Type == corev1.EventTypeWarning && e.Reason == "InvalidVolume" {
+				msgs = append(msgs, e.Message)
+			}
+		}
+		return msgs, nil
+	}
+	says := func(pod *corev1.Pod, wants ...string) func() error {
+		return func() error {
+			msgs, err := invalid(pod)
+			if err != nil {
+				return err
+			}
+			if len(msgs) == 0 {
+				return fmt.Errorf("no InvalidVolume event on %s", pod.Name)
+			}
+			for _, want := range wants {
+				if !strings.Contains(msgs[0], want) {
+					return fmt.Errorf("event %q does not say %q", msgs[0], want)
+				}
+			}
+			return nil
+		}
+	}
+	h.eventually("the pod with two handles alike is told why and what to do", says(both,
+		`volumes "va" and "vb"`, pvA, pvB, `same volumeHandle "`+h.ns+`-shared"`, "ContainerCreating",
+		"give each PersistentVolume its own volumeHandle"))
+	h.eventually("the pod with one claim twice is told why and what to do", says(twice,
+		`volumes "v1" and "v2" both use claim "a"`, pvA, "use one volume with several volumeMounts"))
+	// Both volumes still get their attachment: kubelet mounts one of the two, either.
+	attached := func(pod *corev1.Pod) func() error {
+		return func() error {
+			n := 0
+			for _, a := range h.attachments(h.node) {
+				if slices.Contains(uids(&a), string(pod.UID)) {
+					n++
+				}
+			}
+			if n != 2 {
+				return fmt.Errorf("%d attachments record pod %s, want 2", n, pod.Name)
+			}
+			return nil
+		}
+	}
+	h.eventually("both volumes of the pod are attached", attached(both))
+	h.eventually("the pod with distinct handles is attached", attached(distinct))
+	msgs, err := invalid(distinct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(msgs) != 0 {
+		t.Errorf("a pod whose volumes have distinct handles was told: %q", msgs)
 	}
 }
