@@ -220,6 +220,14 @@ func killCgroup(segment string) int {
 // killShims stops the containerd shims of the cluster's containerd, which outlive it.
 func killShims(socket string) {
 	for _, pid := range procsWhere(func(pid int) bool {
+		// Problem: reading /proc/PID/cmdline takes the process's memory lock, which a process
+		// stuck in uninterruptible sleep (e.g. on a FUSE connection that died mid-exec) never
+		// releases, so the read never returns. Its comm needs no lock.
+		// Solution: read cmdline only of processes named like a shim.
+		comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+		if err != nil || !strings.HasPrefix(string(comm), "containerd-shim") {
+			return false
+		}
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 		return err == nil && strings.Contains(string(b), "containerd-shim") && strings.Contains(string(b), socket)
 	}) {

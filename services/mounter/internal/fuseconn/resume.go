@@ -1,0 +1,212 @@
+package fuseconn
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"sort"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// Resume takes over fd, a FUSE connection whose previous server stopped (Stop) or died, from the
+// journal that server kept (Options.Journal), and serves it in the background like Serve.
+//
+// It replays into fsys what the kernel holds: the INIT (the reply must match the one the kernel
+// received, or the two servers disagree on the protocol and Resume fails), a LOOKUP for each node
+// id (parents first), and an OPEN for each file handle, in handle order so that fsys numbers each
+// one as the kernel does. A node or handle it cannot restore (the object is gone or changed kind,
+// a file being written, a directory made with mkdir that S3 does not hold) becomes stale: every
+// request on it fails with ESTALE until the kernel forgets or releases it, and nothing else is
+// affected. Then it asks the kernel to resend the requests the previous server had read but not
+// answered; on a kernel that cannot, the error wraps ErrResendUnsupported and the Conn serves.
+func Resume(fd int, fsys fuse.RawFileSystem, mo *fuse.MountOptions, o Options) (*Conn, error) {
+	if o.Journal == nil {
+		return nil, errors.New("resume FUSE: no journal")
+	}
+	recs, j, err := readJournal(o.Journal)
+	if err != nil {
+		return nil, fmt.Errorf("resume FUSE: %w", err)
+	}
+	saved := newState()
+	for _, r := range recs {
+		if err := saved.apply(r); err != nil {
+			return nil, fmt.Errorf("resume FUSE: %w", err)
+		}
+	}
+	if saved.initIn == nil {
+		return nil, fmt.Errorf("resume FUSE: %w", ErrNoJournal)
+	}
+	c, err := newConn(fd, fsys, mo, o)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.replay(saved); err != nil {
+		c.close()
+		return nil, fmt.Errorf("resume FUSE: %w", err)
+	}
+	c.st.j = j
+	if err := j.checkpoint(c.st.snapshot()); err != nil {
+		c.close()
+		return nil, fmt.Errorf("resume FUSE: %w", err)
+	}
+	var resendErr error
+	if err := c.write(notification(notifyResend)); err != nil {
+		resendErr = fmt.Errorf("resume FUSE: %w (%w)", ErrResendUnsupported, err)
+	}
+	go c.loop()
+	return c, resendErr
+}
+
+// replay rebuilds saved in the filesystem and in c's state.
+func (c *Conn) replay(saved *state) error {
+	out := c.call(saved.initIn)
+	if !bytes.Equal(out, saved.initOut) {
+		return errors.New("the new server answers the kernel's INIT differently from the old one; remount instead")
+	}
+	c.st.initIn, c.st.initOut = saved.initIn, saved.initOut
+	c.replayNodes(saved.nodes)
+	return c.replayHandles(saved.files)
+}
+
+// replayNodes looks every node up again, parents before children; a node whose lookup fails or
+// finds another node id is stale, and so are its descendants.
+func (c *Conn) replayNodes(nodes map[uint64]*node) {
+	children := map[uint64][]uint64{}
+	for id, n := range nodes {
+		children[n.parent] = append(children[n.parent], id)
+	}
+	level := []uint64{rootID}
+	seen := map[uint64]bool{}
+	for len(level) > 0 {
+		var next []uint64
+		for _, parent := range level {
+			for _, id := range children[parent] {
+				n := nodes[id]
+				seen[id] = true
+				restored := parent == rootID || !c.st.nodes[parent].stale
+				if restored && n.stale {
+					restored = false
+				}
+				if restored {
+					restored = c.lookupAgain(parent, id, n.name)
+				}
+				var server uint64
+				if restored {
+					server = 1
+				}
+				c.st.nodes[id] = &node{gen: n.gen, parent: n.parent, name: n.name, kernel: n.kernel, server: server, stale: !restored}
+				next = append(next, id)
+			}
+		}
+		level = next
+	}
+	for id, n := range nodes {
+		if !seen[id] { // no path from the root: created by an operation s3fs does not support
+			c.st.nodes[id] = &node{gen: n.gen, parent: n.parent, name: n.name, kernel: n.kernel, stale: true}
+		}
+	}
+}
+
+// lookupAgain looks name up in parent and reports whether it is node id.
+func (c *Conn) lookupAgain(parent, id uint64, name string) bool {
+	if name == "" {
+		return false
+	}
+	reply := c.call(request(opLookup, syntheticUnique(), parent, c.opts.UID, c.opts.GID, append([]byte(name), 0)))
+	if replyError(reply) != 0 || len(reply) < outHeaderSize+entryOutSize {
+		return false
+	}
+	got := le.Uint64(reply[outHeaderSize:])
+	if got == id {
+		return true
+	}
+	if got != 0 {
+		c.call(request(opForget, syntheticUnique(), got, 0, 0, le.AppendUint64(nil, 1)))
+	}
+	return false
+}
+
+// replayHandles opens every handle again in handle order. The filesystem numbers handles with the
+// lowest free number first, so each gap and each handle that cannot be restored is filled with a
+// placeholder (the root directory, opened): the gaps' are released at the end, a stale handle's
+// when the kernel releases it.
+func (c *Conn) replayHandles(files map[uint64]*handle) error {
+	fhs := make([]uint64, 0, len(files))
+	for fh := range files {
+		fhs = append(fhs, fh)
+	}
+	sort.Slice(fhs, func(a, b int) bool { return fhs[a] < fhs[b] })
+	var gaps []uint64
+	next := uint64(1)
+	for _, fh := range fhs {
+		for ; next < fh; next++ {
+			if err := c.placeholder(next); err != nil {
+				return err
+			}
+			gaps = append(gaps, next)
+		}
+		next = fh + 1
+		f := files[fh]
+		if c.openAgain(fh, f) {
+			c.st.files[fh] = &handle{node: f.node, flags: f.flags, dir: f.dir}
+			continue
+		}
+		if err := c.placeholder(fh); err != nil {
+			return err
+		}
+		c.st.files[fh] = &handle{node: f.node, flags: f.flags, dir: f.dir, stale: true}
+	}
+	for _, fh := range gaps {
+		c.call(request(opReleasedir, syntheticUnique(), rootID, 0, 0, releaseIn(fh)))
+	}
+	return nil
+}
+
+// openAgain opens the node of a handle as it was opened, if it can be restored: read handles and
+// directories can, a file being written cannot (its upload lived in the dead server).
+func (c *Conn) openAgain(fh uint64, f *handle) bool {
+	if n := c.st.nodes[f.node]; f.node != rootID && (n == nil || n.stale) {
+		return false
+	}
+	op := uint32(opOpen)
+	flags := f.flags &^ (syscall.O_CREAT | syscall.O_EXCL | syscall.O_TRUNC)
+	switch {
+	case f.dir:
+		op = opOpendir
+	case f.flags&syscall.O_ACCMODE != syscall.O_RDONLY:
+		return false
+	}
+	in := le.AppendUint32(le.AppendUint32(nil, flags), 0) // flags, open_flags
+	reply := c.call(request(op, syntheticUnique(), f.node, c.opts.UID, c.opts.GID, in))
+	if replyError(reply) != 0 || len(reply) < outHeaderSize+openOutSize {
+		return false
+	}
+	if got := le.Uint64(reply[outHeaderSize:]); got != fh {
+		c.call(request(opRelease, syntheticUnique(), f.node, 0, 0, releaseIn(got)))
+		return false
+	}
+	return true
+}
+
+// placeholder opens the root directory as handle fh.
+func (c *Conn) placeholder(fh uint64) error {
+	in := le.AppendUint32(le.AppendUint32(nil, syscall.O_RDONLY), 0)
+	reply := c.call(request(opOpendir, syntheticUnique(), rootID, c.opts.UID, c.opts.GID, in))
+	if replyError(reply) != 0 || len(reply) < outHeaderSize+openOutSize {
+		return fmt.Errorf("open a placeholder for file handle %d: %w", fh, replyError(reply))
+	}
+	if got := le.Uint64(reply[outHeaderSize:]); got != fh {
+		return fmt.Errorf("the filesystem numbered file handle %d as %d; remount instead", fh, got)
+	}
+	return nil
+}
+
+// notification is a FUSE notification without a body.
+func notification(code int32) []byte {
+	b := make([]byte, outHeaderSize)
+	le.PutUint32(b, outHeaderSize)
+	le.PutUint32(b[4:], uint32(code)) //nolint:gosec // notification codes are small
+	return b
+}
