@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"crypto/md5" //nolint:gosec // a checksum of test data
 	"fmt"
 	"os"
 	"path/filepath"
@@ -25,44 +26,84 @@ import (
 	"github.com/s3csi/s3csi/shared/fixture"
 )
 
-// The mounter of a Mountpoint Pod killed under a reader (S1, S3): the reader gets a Warning Event
-// that names the cause within seconds, and the next pod on the volume mounts and reads.
-func TestAKilledMounterIsReportedAndTheNextPodMounts(t *testing.T) {
+// The mounter of a Mountpoint Pod killed under a running reader (S1, S3): kubelet restarts the
+// container, the node-agent hands it the FUSE connection it kept, and the reader goes on without
+// an error and without a restart: a file it held open reads on to the right checksum, new opens
+// and listings work, and it gets a MountpointReplaced Warning that names the kill.
+func TestAMounterKilledUnderARunningReaderIsReplacedWithoutAnError(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	ns := namespace(t, "killed")
 	pv := staticClaim(ctx, t, ns, "data")
-	reader := busybox(ns, "reader", "while true; do cat /data/seed.txt >/dev/null 2>&1 || echo READ-FAILED; sleep 0.2; done",
-		claimVolume("data", "data"))
+	big := strings.Repeat("0123456789abcdef", 2<<20) // 32 MiB
+	if err := cfg.MakeBucket(ctx, bucketOf(pv), "big.bin", big); err != nil {
+		t.Fatal(err)
+	}
+	// The held handle reads its first MiB before the kill and the rest once go.txt appears.
+	reader := busybox(ns, "reader", `exec 3</data/big.bin
+dd bs=4096 count=256 <&3 >/dev/null 2>&1 && echo HELD-OPEN
+while [ ! -e /data/go.txt ]; do cat /data/seed.txt >/dev/null 2>&1 && echo READ-OK || echo READ-FAILED; sleep 0.2; done
+if sum=$(cat <&3 | md5sum); then echo "HELD-DONE ${sum%% *}"; else echo HELD-FAILED; fi
+ls /data >/dev/null && echo LIST-OK || echo LIST-FAILED
+sleep 3600`, claimVolume("data", "data"))
 	create(ctx, t, reader)
 	waitRunning(ctx, t, reader)
+	eventually(ctx, t, "the reader holding big.bin open", func() error {
+		if !strings.Contains(podLog(ctx, t, reader), "HELD-OPEN") {
+			return fmt.Errorf("log: %s", podLog(ctx, t, reader))
+		}
+		return nil
+	})
 	mp := onlyMountpointPod(ctx, t, pv.Name)
 	pid := mounterPID(t, string(mp.UID))
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatalf("kill the mounter (pid %d): %v", pid, err)
 	}
 	killed := time.Now()
-	eventually(ctx, t, "a Warning Event on the reader naming the lost connection", func() error {
-		if events := podEvents(ctx, reader); !strings.Contains(events, "Warning MountpointConnectionLost") {
+	eventually(ctx, t, "a MountpointReplaced Warning on the reader naming the kill", func() error {
+		events := podEvents(ctx, reader)
+		killedBy := strings.Contains(events, "exited with code 137") || strings.Contains(events, "killed by signal 9")
+		if !strings.Contains(events, "Warning MountpointReplaced") || !killedBy {
 			return fmt.Errorf("events: %s", events)
 		}
 		return nil
 	})
-	t.Logf("from the kill to the reader's Warning Event: %v", time.Since(killed).Round(10*time.Millisecond))
-	eventually(ctx, t, "kubelet's VolumeConditionAbnormal on the reader, from NodeGetVolumeStats", func() error {
-		if events := podEvents(ctx, reader); !strings.Contains(events, "Warning VolumeConditionAbnormal") || !strings.Contains(events, mp.Name) {
-			return fmt.Errorf("events: %s", events)
+	t.Logf("from the kill to the reader's MountpointReplaced Warning: %v", time.Since(killed).Round(10*time.Millisecond))
+	before := strings.Count(podLog(ctx, t, reader), "READ-OK")
+	eventually(ctx, t, "the reader opening files again", func() error {
+		if got := strings.Count(podLog(ctx, t, reader), "READ-OK"); got < before+3 {
+			return fmt.Errorf("%d successful reads, want %d", got, before+3)
 		}
 		return nil
 	})
-	t.Logf("from the kill to kubelet's VolumeConditionAbnormal: %v", time.Since(killed).Round(10*time.Millisecond))
+	if err := cfg.MakeBucket(ctx, bucketOf(pv), "go.txt", "go"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(ctx, t, "the held handle read to its end", func() error {
+		if out := podLog(ctx, t, reader); !strings.Contains(out, "LIST-") {
+			return fmt.Errorf("log: %s", out)
+		}
+		return nil
+	})
+	out := podLog(ctx, t, reader)
+	want := fmt.Sprintf("HELD-DONE %x", md5.Sum([]byte(big[1<<20:])))
+	if !strings.Contains(out, want) || !strings.Contains(out, "LIST-OK") || strings.Contains(out, "FAILED") {
+		t.Fatalf("the reader saw an error or a wrong checksum across the kill (want %q):\n%s", want, out)
+	}
+	if err := getPod(ctx, reader); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range reader.Status.ContainerStatuses {
+		if c.RestartCount != 0 {
+			t.Fatalf("the reader's container %s restarted %d times", c.Name, c.RestartCount)
+		}
+	}
 
 	next := busybox(ns, "next", "cat /data/seed.txt", claimVolume("data", "data"))
 	create(ctx, t, next)
 	if out := waitPodDone(ctx, t, next); out != "seed" {
 		t.Errorf("the next pod read %q, want seed", out)
 	}
-	t.Logf("from the kill to the next pod done: %v", time.Since(killed).Round(10*time.Millisecond))
 }
 
 // A mounter that stops answering (SIGSTOP stands for a deadlock or a starved node) under a
@@ -123,8 +164,9 @@ func TestAStoppedMounterIsReportedAndTheReaderGoesOnWhenItResumes(t *testing.T) 
 
 // A mounter OOM-killed under a writer (S5): its Mountpoint Pod's memory limit, a volume
 // attribute, is far below the buffers its mount options give it (without them the mounter
-// would fit its buffers under the limit); the writer gets a Warning Event that names the OOM
-// kill within seconds, and the next pod on the volume mounts and reads.
+// would fit its buffers under the limit). The mounter kubelet restarts takes the mount over: the
+// writer's file fails (its upload died with the mounter), the writer gets a Warning Event that
+// names the OOM kill within seconds, and the next pod on the volume mounts and reads.
 func TestAnOOMKilledMounterIsReportedAndTheNextPodMounts(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -137,8 +179,14 @@ func TestAnOOMKilledMounterIsReportedAndTheNextPodMounts(t *testing.T) {
 	create(ctx, t, writer)
 	waitRunning(ctx, t, writer)
 	eventually(ctx, t, "a Warning Event on the writer naming the OOM kill", func() error {
-		if events := podEvents(ctx, writer); !strings.Contains(events, "Warning MountpointConnectionLost") || !strings.Contains(events, "OOM-killed") {
+		if events := podEvents(ctx, writer); !strings.Contains(events, "Warning MountpointReplaced") || !strings.Contains(events, "OOM-killed") {
 			return fmt.Errorf("events: %s", events)
+		}
+		return nil
+	})
+	eventually(ctx, t, "the writer's dd failing", func() error {
+		if out := podLog(ctx, t, writer); !strings.Contains(out, "dd-exited-1") {
+			return fmt.Errorf("log: %s", out)
 		}
 		return nil
 	})

@@ -43,38 +43,59 @@ func Send(ctx context.Context, sockPath string, fuse *os.File, req *Request) err
 // connected through its O_PATH handle; the peer's SO_PEERCRED uid must be mounterUID.
 // Invariant: nothing is sent before the peer's uid was checked.
 func SendTo(ctx context.Context, sockPath string, mounterUID int, fuse *os.File, req *Request) error {
+	conn, err := exchange(ctx, sockPath, mounterUID, []*os.File{fuse}, req)
+	if conn != nil {
+		_ = conn.Close()
+	}
+	return err
+}
+
+// exchange sends req with files attached as SendTo does and returns the connection, open, when
+// the mounter answered; the mounter keeps it open while it serves.
+func exchange(ctx context.Context, sockPath string, mounterUID int, files []*os.File, req *Request) (*net.UnixConn, error) {
 	req.Version = Version
 	frame, err := EncodeFrame(req)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	conn, err := dial(ctx, sockPath)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer func() { _ = conn.Close() }()
+	fail := func(err error) (*net.UnixConn, error) {
+		_ = conn.Close()
+		return nil, err
+	}
 	if err := checkPeer(conn, mounterUID); err != nil {
-		return fmt.Errorf("connect to mounter socket %s: %w", sockPath, err)
+		return fail(fmt.Errorf("connect to mounter socket %s: %w", sockPath, err))
 	}
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })
 	defer stop()
 
-	rights := unix.UnixRights(int(fuse.Fd()))
+	fds := make([]int, len(files))
+	for i, f := range files {
+		fds[i] = int(f.Fd())
+	}
+	rights := unix.UnixRights(fds...)
 	n, oobn, err := conn.WriteMsgUnix(frame, rights, nil)
 	if err != nil {
-		return fmt.Errorf("send mount request to %s: %w", sockPath, ctxErr(ctx, err))
+		return fail(fmt.Errorf("send mount request to %s: %w", sockPath, ctxErr(ctx, err)))
 	}
 	if n != len(frame) || oobn != len(rights) {
-		return fmt.Errorf("send mount request to %s: short write (%d of %d bytes)", sockPath, n, len(frame))
+		return fail(fmt.Errorf("send mount request to %s: short write (%d of %d bytes)", sockPath, n, len(frame)))
 	}
 	var resp Response
 	if err := ReadFrame(conn, &resp); err != nil {
-		return fmt.Errorf("wait for the mounter's answer on %s: %w", sockPath, ctxErr(ctx, err))
+		return fail(fmt.Errorf("wait for the mounter's answer on %s: %w", sockPath, ctxErr(ctx, err)))
 	}
 	if resp.Error != "" {
-		return &MounterError{Message: resp.Error}
+		return fail(&MounterError{Message: resp.Error})
 	}
-	return nil
+	if !stop() {
+		return fail(fmt.Errorf("wait for the mounter's answer on %s: %w", sockPath, ctx.Err()))
+	}
+	_ = conn.SetDeadline(time.Time{})
+	return conn, nil
 }
 
 // dial connects to sockPath, retrying while the mounter is not listening yet.

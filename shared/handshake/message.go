@@ -1,9 +1,11 @@
 // Package handshake is the protocol between the node-agent and the mounter of a Mountpoint Pod.
 //
 // The node-agent opens /dev/fuse, mounts it on the source dir, then connects to
-// <comm>/mount.sock and sends one Request with the /dev/fuse file attached (SCM_RIGHTS). The
-// mounter starts the filesystem on that file and answers one Response on the same connection:
-// success once the filesystem serves, or the error text. The messages are defined in
+// <comm>/mount.sock and sends one Request with the /dev/fuse file and a state file attached
+// (SCM_RIGHTS). The mounter starts the filesystem on that file and answers one Response on the
+// same connection: success once the filesystem serves, or the error text; it keeps the
+// connection open while it serves. The node-agent keeps both files (Keep) and sends the request
+// again, with Resume, to the mounter that replaces one that died. The messages are defined in
 // proto/s3csi/mount/v1/handshake.proto; each frame is a 4-byte big-endian length and the
 // message's protobuf encoding, which carries a version, so either side can refuse what it does
 // not understand. Requests never carry secrets: credentials travel as AWS profile files in the

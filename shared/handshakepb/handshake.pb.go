@@ -1,8 +1,11 @@
 // The handshake between the node-agent and the mounter of a Mountpoint Pod.
 //
 // The node-agent opens /dev/fuse, mounts it on the source dir, connects to <comm>/mount.sock and
-// sends one MountRequest with the /dev/fuse descriptor attached (SCM_RIGHTS); the mounter answers
-// one MountResponse on the same connection. Each message travels as a frame: a 4-byte big-endian
+// sends one MountRequest with the /dev/fuse descriptor and a state file (a memfd) attached
+// (SCM_RIGHTS); the mounter answers one MountResponse on the same connection and keeps the
+// connection open while it serves, so that the node-agent sees it end. The node-agent keeps both
+// descriptors: when the mounter dies while the source is mounted, it sends the same request with
+// resume set to the mounter that replaces it, which takes the connection over from the state file. Each message travels as a frame: a 4-byte big-endian
 // length, then the message in protobuf binary encoding. Requests never carry secrets: credentials
 // travel as AWS profile files in the comm dir, named by paths relative to it.
 
@@ -46,7 +49,10 @@ type MountRequest struct {
 	// The max_read the FUSE mount was made with: the mounter must not answer more per read.
 	MaxRead uint32 `protobuf:"varint,7,opt,name=max_read,json=maxRead,proto3" json:"max_read,omitempty"`
 	// The volume, for the mounter's logs.
-	VolumeId      string `protobuf:"bytes,8,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
+	VolumeId string `protobuf:"bytes,8,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
+	// Take over a connection a previous mounter served, from the state file it kept, instead of
+	// answering a new mount's FUSE_INIT.
+	Resume        bool `protobuf:"varint,9,opt,name=resume,proto3" json:"resume,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -137,6 +143,13 @@ func (x *MountRequest) GetVolumeId() string {
 	return ""
 }
 
+func (x *MountRequest) GetResume() bool {
+	if x != nil {
+		return x.Resume
+	}
+	return false
+}
+
 // MountResponse is the mounter's answer: success once the filesystem serves, else why not.
 type MountResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -195,7 +208,7 @@ var File_s3csi_mount_v1_handshake_proto protoreflect.FileDescriptor
 
 const file_s3csi_mount_v1_handshake_proto_rawDesc = "" +
 	"\n" +
-	"\x1es3csi/mount/v1/handshake.proto\x12\x0es3csi.mount.v1\"\xea\x01\n" +
+	"\x1es3csi/mount/v1/handshake.proto\x12\x0es3csi.mount.v1\"\x82\x02\n" +
 	"\fMountRequest\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x16\n" +
 	"\x06bucket\x18\x02 \x01(\tR\x06bucket\x12\x12\n" +
@@ -205,7 +218,8 @@ const file_s3csi_mount_v1_handshake_proto_rawDesc = "" +
 	"configFile\x12)\n" +
 	"\x10credentials_file\x18\x06 \x01(\tR\x0fcredentialsFile\x12\x19\n" +
 	"\bmax_read\x18\a \x01(\rR\amaxRead\x12\x1b\n" +
-	"\tvolume_id\x18\b \x01(\tR\bvolumeId\"?\n" +
+	"\tvolume_id\x18\b \x01(\tR\bvolumeId\x12\x16\n" +
+	"\x06resume\x18\t \x01(\bR\x06resume\"?\n" +
 	"\rMountResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05errorB+Z)github.com/s3csi/s3csi/shared/handshakepbb\x06proto3"

@@ -123,11 +123,40 @@ type podMounter struct {
 
 func startPodMounter(t *testing.T, bin, script string) *podMounter {
 	t.Helper()
-	p := &podMounter{commDir: filepath.Join(t.TempDir(), "comm"), output: &syncWriter{}, exited: make(chan struct{})}
-	if err := os.Mkdir(p.commDir, 0o750); err != nil {
+	commDir := filepath.Join(t.TempDir(), "comm")
+	if err := os.Mkdir(commDir, 0o750); err != nil {
 		t.Fatal(err)
 	}
+	p, _ := newPodMounter(t, bin, script, commDir, false)
+	return p
+}
+
+// standbyPodMounter starts a mounter on an existing comm dir that waits to exec until start is
+// called, as kubelet restarts a container.
+//
+// Problem: a test process whose threads read a FUSE mount whose server died cannot start a
+// process until the reads end: fork waits on them.
+// Solution: fork the next mounter (a shell waiting on its stdin) before the server dies; start
+// lets it exec.
+// Invariant: a test that kills a mounter under its own readers starts the next one with this.
+func standbyPodMounter(t *testing.T, bin, script, commDir string) (p *podMounter, start func()) {
+	t.Helper()
+	return newPodMounter(t, bin, script, commDir, true)
+}
+
+func newPodMounter(t *testing.T, bin, script, commDir string, standby bool) (*podMounter, func()) {
+	t.Helper()
+	p := &podMounter{commDir: commDir, output: &syncWriter{}, exited: make(chan struct{})}
 	cmd := exec.Command(bin, app.CommDirFlag+p.commDir)
+	start := func() {}
+	if standby {
+		cmd = exec.Command("/bin/sh", "-c", `read -r _ && exec "$0" "$@"`, bin, app.CommDirFlag+p.commDir)
+		in, err := cmd.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		start = func() { _, _ = in.Write([]byte("start\n")) }
+	}
 	cmd.Env = os.Environ()
 	if script != "" {
 		cmd.Env = append(cmd.Env, app.EngineEnv+"="+app.EngineMountS3, app.MountS3PathEnv+"="+script)
@@ -145,7 +174,7 @@ func startPodMounter(t *testing.T, bin, script string) *podMounter {
 		_ = cmd.Process.Kill()
 		<-p.exited
 	})
-	return p
+	return p, start
 }
 
 // bucketRequest writes the profile files of s's credentials into the comm dir, as the

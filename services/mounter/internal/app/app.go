@@ -65,7 +65,9 @@ func Run(args []string) int {
 	}
 	done := make(chan struct{})
 	go func() {
-		m.Wait()
+		if err := m.Wait(); err != nil {
+			log.Error(err, "Serving the mount failed")
+		}
 		close(done)
 	}()
 	select {

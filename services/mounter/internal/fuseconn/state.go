@@ -111,7 +111,7 @@ func (s *state) observe(h header, req, reply []byte) {
 			}
 			s.lookup(id, gen, parent, name, 1, 1, false)
 		}
-		if h.opcode == opCreate && len(body) >= entryOutSize+openOutSize {
+		if h.opcode == opCreate && len(body) >= entryOutSize+openOutSize && len(req) >= inHeaderSize+4 {
 			s.open(le.Uint64(body[entryOutSize:]), id, le.Uint32(req[inHeaderSize:]), false, false)
 		}
 		return

@@ -44,10 +44,17 @@ type Engine struct {
 }
 
 // Mount implements mounter.Engine.
-func (e *Engine) Mount(_ context.Context, fd int, req *handshake.Request) (mounter.Mounted, error) {
-	if req.Bucket == FailBucket {
+func (e *Engine) Mount(_ context.Context, fd int, state *os.File, req *handshake.Request) (mounter.Mounted, error) {
+	if state != nil {
+		_ = state.Close() // this filesystem keeps no state to resume from
+	}
+	switch {
+	case req.Bucket == FailBucket:
 		_ = syscall.Close(fd)
 		return nil, fmt.Errorf("bucket %q does not exist", req.Bucket)
+	case req.Resume:
+		_ = syscall.Close(fd)
+		return nil, fmt.Errorf("the test filesystem cannot take over a connection")
 	}
 	credPath := ""
 	if req.CredentialsFile != "" {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -97,6 +98,10 @@ func TestMounterRefusesAnInvalidRequestAndKeepsListening(t *testing.T) {
 	var merr *handshake.MounterError
 	if !errors.As(err, &merr) {
 		t.Fatalf("send invalid request: %v, want a MounterError", err)
+	}
+	err = handshake.Send(ctx, sock, null, &handshake.Request{Bucket: "b", MaxRead: 1, Resume: true})
+	if !errors.As(err, &merr) || !strings.Contains(merr.Message, "state file") {
+		t.Fatalf("send a resume request without its state file: %v, want a MounterError naming it", err)
 	}
 	// Still listening: an engine failure (a /dev/null fd is no FUSE connection) ends the run.
 	err = handshake.Send(ctx, sock, null, &handshake.Request{Bucket: "b", MaxRead: 1})

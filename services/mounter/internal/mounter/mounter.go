@@ -106,9 +106,9 @@ type takenEngine struct {
 }
 
 // Mount implements Engine.
-func (e *takenEngine) Mount(ctx context.Context, fd int, req *handshake.Request) (Mounted, error) {
+func (e *takenEngine) Mount(ctx context.Context, fd int, state *os.File, req *handshake.Request) (Mounted, error) {
 	e.taken.Store(true)
-	return e.Engine.Mount(ctx, fd, req)
+	return e.Engine.Mount(ctx, fd, state, req)
 }
 
 func exitRequested(commDir string) bool {

@@ -44,9 +44,15 @@ type MountS3Engine struct {
 }
 
 // Mount implements Engine.
-func (e *MountS3Engine) Mount(ctx context.Context, fd int, req *handshake.Request) (Mounted, error) {
+func (e *MountS3Engine) Mount(ctx context.Context, fd int, state *os.File, req *handshake.Request) (Mounted, error) {
 	dev := os.NewFile(uintptr(fd), "/dev/fuse")
 	defer func() { _ = dev.Close() }() // the child holds its own copy once started
+	if state != nil {
+		_ = state.Close() // mount-s3 keeps no state another server could resume from
+	}
+	if req.Resume {
+		return nil, errors.New("mount-s3 cannot take over a connection another mounter served; the node-agent mounts the volume again")
+	}
 	opts, env, err := prepare(e.CommDir, mountS3FD, req)
 	if err != nil {
 		return nil, err

@@ -36,26 +36,38 @@ type S3Engine struct {
 }
 
 // Mount implements Engine.
-func (e *S3Engine) Mount(ctx context.Context, fd int, req *handshake.Request) (Mounted, error) {
-	m, err := e.mount(ctx, fd, req)
+func (e *S3Engine) Mount(ctx context.Context, fd int, state *os.File, req *handshake.Request) (Mounted, error) {
+	opts, env, err := prepare(e.CommDir, fd, req)
+	if err == nil {
+		err = setEnv(env)
+	}
 	if err != nil {
-		_ = syscall.Close(fd) // the engine owns fd (Engine)
+		_ = syscall.Close(fd) // the engine owns fd and state (Engine)
+		if state != nil {
+			_ = state.Close()
+		}
 		return nil, err
 	}
-	return mounted{m}, nil
+	cfg := s3fs.Config{Options: opts, Log: e.Log, Memory: s3fs.ApplyMemoryPlan(&opts, e.Log), State: state, Resume: req.Resume}
+	m, err := s3fs.MountFD(ctx, fd, cfg)
+	switch {
+	case m == nil:
+		return nil, err
+	case err != nil:
+		// Resumed, but the kernel cannot resend what the previous mounter had taken: those
+		// requests wait until the connection is aborted; everything else is served.
+		e.Log.Error(err, "The requests the previous mounter had taken stay unanswered")
+	}
+	return mounted{m: m, state: state}, nil
 }
 
-func (e *S3Engine) mount(ctx context.Context, fd int, req *handshake.Request) (*s3fs.Mounted, error) {
-	opts, env, err := prepare(e.CommDir, fd, req)
-	if err != nil {
-		return nil, err
-	}
+func setEnv(env map[string]string) error {
 	for k, v := range env {
 		if err := os.Setenv(k, v); err != nil {
-			return nil, fmt.Errorf("set %s: %w", k, err)
+			return fmt.Errorf("set %s: %w", k, err)
 		}
 	}
-	return s3fs.MountFD(ctx, fd, s3fs.Config{Options: opts, Log: e.Log, Memory: s3fs.ApplyMemoryPlan(&opts, e.Log)})
+	return nil
 }
 
 // prepare checks req for the FUSE connection fd and returns its options, with fd as the mount
@@ -102,12 +114,18 @@ func prepare(commDir string, fd int, req *handshake.Request) (mountargs.Options,
 }
 
 // mounted adapts s3fs.Mounted to Mounted.
-type mounted struct{ m *s3fs.Mounted }
+type mounted struct {
+	m     *s3fs.Mounted
+	state *os.File
+}
 
 // Wait blocks until the owner unmounted the filesystem.
 func (m mounted) Wait() error {
-	m.m.Wait()
-	return nil
+	err := m.m.Wait()
+	if m.state != nil {
+		_ = m.state.Close()
+	}
+	return err
 }
 
 // cacheDir turns the --cache name of a mount request into a directory of the Mountpoint Pod.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -21,11 +22,13 @@ const requestTimeout = 30 * time.Second
 // Engine starts a filesystem on a FUSE connection.
 type Engine interface {
 	// Mount serves req's bucket on the FUSE connection fd, which the caller's peer opened and
-	// mounted, and returns once the filesystem answers requests. ctx bounds the set-up only:
-	// the filesystem keeps serving after it ends. Mount owns fd: it closes it on error and when
-	// the filesystem stops. The returned error text is shown to the operator (as the
+	// mounted, and returns once the filesystem answers requests. state, when not nil, is where
+	// the filesystem records what the kernel holds; with req.Resume it takes the connection
+	// over from what a previous mounter recorded there. ctx bounds the set-up only: the
+	// filesystem keeps serving after it ends. Mount owns fd and state: it closes them on error
+	// and when the filesystem stops. The returned error text is shown to the operator (as the
 	// NodePublishVolume error), so it must say what is wrong and never hold secrets.
-	Mount(ctx context.Context, fd int, req *handshake.Request) (Mounted, error)
+	Mount(ctx context.Context, fd int, state *os.File, req *handshake.Request) (Mounted, error)
 }
 
 // Mounted is a serving filesystem.
@@ -36,9 +39,10 @@ type Mounted interface {
 }
 
 // Serve accepts connections on ln until one request is mounted by engine, answers it, and then
-// waits until that filesystem stops. A connection with an invalid request is answered with the
-// error and the next one is accepted; an engine failure is answered and returned. Serve closes
-// ln before it returns.
+// waits until that filesystem stops, keeping that connection open so that the peer sees the
+// mounter end, however it ends. A connection with an invalid request is answered with the error
+// and the next one is accepted; an engine failure is answered and returned. Serve closes ln
+// before it returns.
 //
 // Problem: kubelet sends SIGTERM to a Mountpoint Pod that is deleted or evicted while its
 // workloads still read and write through the mount; stopping then breaks every one of them at
@@ -71,19 +75,22 @@ func Serve(ctx context.Context, ln *net.UnixListener, engine Engine, stopRequest
 			return fmt.Errorf("accept mount request: %w", err)
 		}
 		mounted, err := handle(setup, conn, engine)
-		_ = conn.Close()
 		var invalid *invalidRequestError
 		switch {
 		case errors.As(err, &invalid):
+			_ = conn.Close()
 			log.Info("Refused an invalid mount request", "reason", err.Error())
 			continue
 		case err != nil:
+			_ = conn.Close()
 			return err
 		}
 		stop()
 		_ = ln.Close()
 		log.Info("Filesystem serving")
-		return wait(ctx, mounted, stopRequested)
+		err = wait(ctx, mounted, stopRequested)
+		_ = conn.Close()
+		return err
 	}
 }
 
@@ -117,18 +124,25 @@ func (e *invalidRequestError) Unwrap() error { return e.err }
 // handle reads one request and its file, runs the engine and answers.
 func handle(ctx context.Context, conn *net.UnixConn, engine Engine) (Mounted, error) {
 	_ = conn.SetDeadline(time.Now().Add(requestTimeout))
-	req, fd, err := receive(conn)
+	req, fds, err := receive(conn)
 	if err == nil {
 		err = handshake.ValidateRequest(req)
-		if err != nil && fd >= 0 {
-			_ = unix.Close(fd)
+		if err == nil && req.Resume && len(fds) < 2 {
+			err = errors.New("a resume request without the state file")
+		}
+		if err != nil {
+			closeAll(fds)
 		}
 	}
 	if err != nil {
 		answer(conn, err.Error())
 		return nil, &invalidRequestError{err: err}
 	}
-	mounted, err := engine.Mount(ctx, fd, req)
+	var state *os.File
+	if len(fds) == 2 {
+		state = os.NewFile(uintptr(fds[1]), "state") //nolint:gosec // descriptors are not negative
+	}
+	mounted, err := engine.Mount(ctx, fds[0], state, req)
 	if err != nil {
 		answer(conn, err.Error())
 		return nil, fmt.Errorf("mount bucket %s: %w", req.Bucket, err)
@@ -145,8 +159,9 @@ func answer(conn *net.UnixConn, msg string) {
 	_, _ = conn.Write(frame)
 }
 
-// receive reads one request frame and exactly one attached file descriptor.
-func receive(conn *net.UnixConn) (*handshake.Request, int, error) {
+// receive reads one request frame and its attached descriptors: the /dev/fuse file, then the
+// state file, which a request may leave out (handshake.Send): its mount cannot be resumed.
+func receive(conn *net.UnixConn) (*handshake.Request, []int, error) {
 	buf := make([]byte, 4+handshake.MaxFrameSize)
 	oob := make([]byte, unix.CmsgSpace(4*4))
 	var fds []int
@@ -159,32 +174,32 @@ func receive(conn *net.UnixConn) (*handshake.Request, int, error) {
 		}
 		if err != nil {
 			closeAll(fds)
-			return nil, -1, fmt.Errorf("read mount request: %w", err)
+			return nil, nil, fmt.Errorf("read mount request: %w", err)
 		}
 		if n == 0 {
 			closeAll(fds)
-			return nil, -1, errors.New("read mount request: connection closed early")
+			return nil, nil, errors.New("read mount request: connection closed early")
 		}
 		got += n
 		if want < 0 && got >= 4 {
 			size := binary.BigEndian.Uint32(buf[:4])
 			if size > handshake.MaxFrameSize {
 				closeAll(fds)
-				return nil, -1, fmt.Errorf("read mount request: %d bytes exceed %d", size, handshake.MaxFrameSize)
+				return nil, nil, fmt.Errorf("read mount request: %d bytes exceed %d", size, handshake.MaxFrameSize)
 			}
 			want = 4 + int(size)
 		}
 	}
-	if len(fds) != 1 {
+	if len(fds) != 1 && len(fds) != 2 {
 		closeAll(fds)
-		return nil, -1, fmt.Errorf("read mount request: want 1 file descriptor, got %d", len(fds))
+		return nil, nil, fmt.Errorf("read mount request: want 1 or 2 file descriptors, got %d", len(fds))
 	}
 	var req handshake.Request
 	if err := handshake.DecodeBody(bytes.NewReader(buf[4:want]), uint32(want-4), &req); err != nil { //nolint:gosec // bounded
 		closeAll(fds)
-		return nil, -1, err
+		return nil, nil, err
 	}
-	return &req, fds[0], nil
+	return &req, fds, nil
 }
 
 func parseRights(oob []byte) []int {

@@ -8,11 +8,14 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/go-logr/logr"
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 
 	"github.com/s3csi/s3csi/shared/mount"
+
+	"github.com/s3csi/s3csi/services/mounter/internal/fuseconn"
 )
 
 // memRoot serves one file, "big.bin", whose content repeats an in-memory block.
@@ -58,24 +61,57 @@ func (f *memFile) Read(_ context.Context, _ fs.FileHandle, dest []byte, off int6
 
 // BenchmarkFUSECeiling reads a file served from memory through a FUSE mount with the mounter's
 // options and readahead: what a sequential reader of any FUSE filesystem gets on this machine,
-// without S3. Compare with BenchmarkRawParallelGET run at the same time.
+// without S3. The two sub-benchmarks serve the same filesystem with go-fuse's own request loop
+// and with fuseconn's, which the mounter uses. Compare with BenchmarkRawParallelGET run at the
+// same time.
 func BenchmarkFUSECeiling(b *testing.B) {
 	requireFUSE(b)
 	size := benchSize(b)
-	dir := b.TempDir()
 	f := &filesystem{bucket: "ceiling"}
-	opts := f.mountOptions()
-	root := &memRoot{size: int64(size), block: pattern(8<<20, 7)}
 	ttl := defaultMetadataTTL
-	server, err := fs.Mount(dir, root, &fs.Options{MountOptions: opts, EntryTimeout: &ttl, AttrTimeout: &ttl})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		if err := server.Unmount(); err != nil {
-			b.Errorf("unmount %s: %v", dir, err)
+	newRoot := func() fs.InodeEmbedder { return &memRoot{size: int64(size), block: pattern(8<<20, 7)} }
+	b.Run("loop=go-fuse", func(b *testing.B) {
+		dir := b.TempDir()
+		opts := f.mountOptions()
+		opts.DirectMount, opts.AllowOther = true, true
+		server, err := fs.Mount(dir, newRoot(), &fs.Options{MountOptions: opts, EntryTimeout: &ttl, AttrTimeout: &ttl})
+		if err != nil {
+			b.Fatal(err)
 		}
+		b.Cleanup(func() {
+			if err := server.Unmount(); err != nil {
+				b.Errorf("unmount %s: %v", dir, err)
+			}
+		})
+		readCeiling(b, dir, size)
 	})
+	b.Run("loop=fuseconn", func(b *testing.B) {
+		dir := b.TempDir()
+		dev, err := mount.FUSE(dir, false)
+		if err != nil {
+			b.Fatal(err)
+		}
+		opts := f.mountOptions()
+		raw := fs.NewNodeFS(newRoot(), &fs.Options{EntryTimeout: &ttl, AttrTimeout: &ttl})
+		conn, err := fuseconn.Serve(int(dev.Fd()), raw, &opts, fuseconn.Options{})
+		if err != nil {
+			_ = unix.Unmount(dir, unix.MNT_DETACH)
+			b.Fatal(err)
+		}
+		b.Cleanup(func() {
+			if err := unix.Unmount(dir, 0); err != nil {
+				b.Errorf("unmount %s: %v", dir, err)
+			}
+			_ = conn.Wait()
+			_ = dev.Close()
+		})
+		disablePoll(dir, logr.Discard())
+		readCeiling(b, dir, size)
+	})
+}
+
+func readCeiling(b *testing.B, dir string, size int) {
+	b.Helper()
 	if err := mount.SetReadAhead(dir, mount.FUSEReadAheadKiB); err != nil {
 		b.Fatal(err)
 	}

@@ -5,6 +5,8 @@
 //
 // Mount serves either a directory it mounts itself (as root) or a /dev/fd/N mount point whose
 // /dev/fuse descriptor a privileged process opened and mounted, so the server needs no privilege.
+// Its request loop is fuseconn's: with Config.State, a server that stopped or died can be
+// replaced by another one that resumes the same connection.
 package s3fs
 
 import (
@@ -12,17 +14,21 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/go-logr/logr"
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 
 	"github.com/s3csi/s3csi/shared/mount"
 	"github.com/s3csi/s3csi/shared/mountargs"
+
+	"github.com/s3csi/s3csi/services/mounter/internal/fuseconn"
 )
 
 // Defaults for values mount-s3's options leave unset.
@@ -42,6 +48,14 @@ const (
 // directory owns it and must unmount it; Wait returns once it has.
 var ErrMountedByOwner = errors.New("mount point is a passed /dev/fuse descriptor: its owner unmounts it")
 
+// ErrStopped is returned by Wait after Stop: the connection stays with whoever else holds its
+// descriptor, for a server that resumes it.
+var ErrStopped = fuseconn.ErrStopped
+
+// ErrResendUnsupported is wrapped by the error of a resumed mount whose kernel cannot resend the
+// requests the previous server had read without answering (Linux before 6.9).
+var ErrResendUnsupported = fuseconn.ErrResendUnsupported
+
 // Config is what a mount needs besides its mount point.
 type Config struct {
 	// Options are the mount-s3 options; Options.Bucket names the bucket.
@@ -56,6 +70,13 @@ type Config struct {
 	// RequestTimeout bounds one S3 request including retries; a file operation waiting on a
 	// request that times out fails with EIO. Zero means DefaultRequestTimeout.
 	RequestTimeout time.Duration
+	// State, when set, is where the mount records what the kernel holds (node ids, open
+	// handles, the negotiated INIT), so that another server can resume the connection after
+	// this one stopped or died: an empty file (a memfd) for a new mount, the previous server's
+	// for Resume.
+	State *os.File
+	// Resume takes the connection over from State instead of answering a new mount's INIT.
+	Resume bool
 }
 
 func (c *Config) maxThreads() int {
@@ -81,16 +102,73 @@ type Stats struct {
 
 // Mounted is a served mount.
 type Mounted struct {
-	server     *fuse.Server
+	conn       *fuseconn.Conn
 	fs         *filesystem
+	dev        *os.File
 	mountPoint string
 	passedFD   bool
 }
 
 // Mount mounts the bucket at mountPoint and serves it in the background until it is unmounted.
-// mountPoint is a directory (the caller must be root) or "/dev/fd/N", a /dev/fuse descriptor
-// already mounted by its owner with max_read equal to 1 MiB. ctx bounds only the set-up.
+// mountPoint is a directory (the caller must be root; it is mounted as the node-agent mounts a
+// source) or "/dev/fd/N", which MountFD serves. ctx bounds only the set-up.
 func Mount(ctx context.Context, mountPoint string, cfg Config) (*Mounted, error) {
+	if n, ok := strings.CutPrefix(mountPoint, "/dev/fd/"); ok {
+		fd, err := strconv.Atoi(n)
+		if err != nil || fd < 0 {
+			return nil, fmt.Errorf("mount point %s: not a descriptor number", mountPoint)
+		}
+		return MountFD(ctx, fd, cfg)
+	}
+	if cfg.Resume {
+		return nil, errors.New("resume needs the connection's descriptor (MountFD), not a directory")
+	}
+	fsys, raw, err := prepareFS(ctx, &cfg)
+	if err != nil {
+		return nil, err
+	}
+	dev, err := mount.FUSE(mountPoint, cfg.Options.ReadOnly)
+	if err != nil {
+		fsys.stop()
+		return nil, err
+	}
+	m, err := serve(raw, fsys, dev, &cfg)
+	if err != nil {
+		_ = unix.Unmount(mountPoint, unix.MNT_DETACH)
+		return nil, fmt.Errorf("mount %s: %w", mountPoint, err)
+	}
+	m.mountPoint = mountPoint
+	if err := mount.SetReadAhead(mountPoint, mount.FUSEReadAheadKiB); err != nil {
+		cfg.Log.Info("Sequential reads use the kernel's default readahead", "mountPoint", mountPoint, "error", err.Error())
+	}
+	disablePoll(mountPoint, cfg.Log)
+	cfg.Log.Info("Serving bucket", "bucket", cfg.Options.Bucket, "prefix", cfg.Options.Prefix, "mountPoint", mountPoint)
+	return m, nil
+}
+
+// MountFD serves fd, a /dev/fuse descriptor that its owner opened and mounted with max_read
+// equal to 1 MiB, and owns it from then on: it is closed on error and when the mount ends. The
+// owner sets the readahead: it alone knows the mount point. With cfg.Resume it takes the
+// connection over from cfg.State; an error wrapping ErrResendUnsupported comes with a mount
+// that serves.
+func MountFD(ctx context.Context, fd int, cfg Config) (*Mounted, error) {
+	dev := os.NewFile(uintptr(fd), "/dev/fuse") //nolint:gosec // descriptors are not negative
+	fsys, raw, err := prepareFS(ctx, &cfg)
+	if err != nil {
+		_ = dev.Close()
+		return nil, err
+	}
+	m, err := serve(raw, fsys, dev, &cfg)
+	if m == nil {
+		return nil, fmt.Errorf("serve /dev/fd/%d: %w", fd, err)
+	}
+	m.mountPoint, m.passedFD = fmt.Sprintf("/dev/fd/%d", fd), true
+	cfg.Log.Info("Serving bucket", "bucket", cfg.Options.Bucket, "prefix", cfg.Options.Prefix, "resumed", cfg.Resume)
+	return m, err
+}
+
+// prepareFS makes the filesystem of cfg and checks that its bucket answers.
+func prepareFS(ctx context.Context, cfg *Config) (*filesystem, fuse.RawFileSystem, error) {
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = DefaultRequestTimeout
 	}
@@ -98,18 +176,18 @@ func Mount(ctx context.Context, mountPoint string, cfg Config) (*Mounted, error)
 	if creds == nil {
 		creds = NewReloadingCredentials(cfg.Options.Profile)
 	}
-	client, err := newClient(ctx, &cfg.Options, creds, &cfg)
+	client, err := newClient(ctx, &cfg.Options, creds, cfg)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	fsys := newFilesystem(client, &cfg)
+	fsys := newFilesystem(client, cfg)
 	if err := fsys.checkAccess(ctx); err != nil {
 		fsys.stop()
-		return nil, err
+		return nil, nil, err
 	}
 	if err := fsys.openCache(); err != nil {
 		fsys.stop()
-		return nil, err
+		return nil, nil, err
 	}
 	root := &dirNode{fsys: fsys, prefix: cfg.Options.Prefix, local: map[string]*fs.Inode{}}
 	ttl, negTTL := fsys.ttl, fsys.negTTL
@@ -119,48 +197,69 @@ func Mount(ctx context.Context, mountPoint string, cfg Config) (*Mounted, error)
 		NegativeTimeout: &negTTL,
 		UID:             fsys.uid,
 		GID:             fsys.gid,
-		MountOptions:    fsys.mountOptions(),
+		// Node ids are the keys' inode numbers, so a server that resumes the connection gives
+		// each key the id the kernel already holds.
+		ExternalNodeID: true,
 	}
-	passed := strings.HasPrefix(mountPoint, "/dev/fd/")
-	if passed {
-		// Problem: go-fuse tries a direct mount(2) before it recognizes /dev/fd/N, and as root
-		// that mount succeeds on the descriptor's target, /dev/fuse itself.
-		// Solution: never mount a passed descriptor: its owner already did.
-		// Invariant: a /dev/fd/N mount point only ever serves the connection it names.
-		fsOpts.DirectMount = false
-		fsOpts.DirectMountStrict = false
+	euid := uint32(os.Geteuid()) //nolint:gosec // uids fit 32 bits
+	return fsys, restrictAccess(fs.NewNodeFS(root, fsOpts), euid, cfg.Options.AllowOther, cfg.Options.AllowRoot), nil
+}
+
+// serve answers the connection's INIT, or resumes it from cfg.State, and serves it in the
+// background. On an error with a nil Mounted it has stopped fsys and closed dev; an error with a
+// Mounted is a resume whose kernel cannot resend (ErrResendUnsupported).
+func serve(raw fuse.RawFileSystem, fsys *filesystem, dev *os.File, cfg *Config) (*Mounted, error) {
+	mo := fsys.mountOptions()
+	o := fuseconn.Options{Journal: cfg.State, Log: cfg.Log, UID: uint32(os.Geteuid()), GID: uint32(os.Getegid())} //nolint:gosec // ids fit 32 bits
+	start := fuseconn.Serve
+	if cfg.Resume {
+		start = fuseconn.Resume
 	}
-	raw := restrictAccess(fs.NewNodeFS(root, fsOpts), uint32(os.Geteuid()), cfg.Options.AllowOther, cfg.Options.AllowRoot) //nolint:gosec // uids fit 32 bits
-	server, err := fuse.NewServer(raw, mountPoint, &fsOpts.MountOptions)
+	conn, err := start(int(dev.Fd()), raw, &mo, o)
+	if conn == nil {
+		fsys.stop()
+		_ = dev.Close()
+		return nil, err
+	}
+	return &Mounted{conn: conn, fs: fsys, dev: dev}, err
+}
+
+// disablePoll makes the kernel stop sending POLL requests before anything reads the mount.
+//
+// Problem: Go registers each file it opens with epoll, from inside the runtime; epoll_ctl on a
+// FUSE file sends the server a POLL and waits for the answer. In a process that reads its own
+// mount (a test, a benchmark) a garbage collection starting then waits for that thread, and the
+// server's goroutines wait for the collection: the process hangs.
+// Solution: answer POLL with ENOSYS (the kernel then never sends another) and send the first one
+// now, with open(2) and poll(2) as plain system calls, on a file the protocol server answers
+// itself.
+// Invariant: after Mount returns, no POLL reaches the server.
+func disablePoll(mountPoint string, log logr.Logger) {
+	fd, err := unix.Open(filepath.Join(mountPoint, pollHackName), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		fsys.stop()
-		return nil, fmt.Errorf("mount %s: %w", mountPoint, err)
+		log.Info("Could not switch FUSE poll off; a process reading its own mount may hang", "error", err.Error())
+		return
 	}
-	go server.Serve()
-	if err := server.WaitMount(); err != nil {
-		fsys.stop()
-		return nil, fmt.Errorf("wait for mount %s: %w", mountPoint, err)
-	}
-	if !passed {
-		// A passed descriptor's owner sets the readahead: it alone knows the mount point.
-		if err := mount.SetReadAhead(mountPoint, mount.FUSEReadAheadKiB); err != nil {
-			cfg.Log.Info("Sequential reads use the kernel's default readahead", "mountPoint", mountPoint, "error", err.Error())
-		}
-	}
-	cfg.Log.Info("Serving bucket", "bucket", cfg.Options.Bucket, "prefix", cfg.Options.Prefix, "mountPoint", mountPoint)
-	return &Mounted{server: server, fs: fsys, mountPoint: mountPoint, passedFD: passed}, nil
+	_, _ = unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 0) //nolint:gosec // descriptors fit
+	_ = unix.Close(fd)
 }
 
-// MountFD serves a /dev/fuse descriptor that its owner already mounted; see Mount.
-func MountFD(ctx context.Context, fd int, cfg Config) (*Mounted, error) {
-	return Mount(ctx, fmt.Sprintf("/dev/fd/%d", fd), cfg)
-}
+// pollHackName is the file go-fuse's protocol server answers itself in the root directory.
+const pollHackName = ".go-fuse-epoll-hack"
 
-// Wait blocks until the kernel closes the FUSE connection (the mount point was unmounted), then
-// cancels outstanding S3 requests and waits for the filesystem's goroutines to end.
-func (m *Mounted) Wait() {
-	m.server.Wait()
+// Stop stops serving and returns once every request read has been answered: the connection stays
+// with whoever else holds its descriptor (the node-agent), for a server that resumes it from
+// Config.State. Wait returns ErrStopped afterwards.
+func (m *Mounted) Stop() { m.conn.Stop() }
+
+// Wait blocks until the kernel closes the FUSE connection (the mount point was unmounted: nil) or
+// the server stopped (ErrStopped) or failed, then cancels outstanding S3 requests, waits for the
+// filesystem's goroutines to end and closes the descriptor.
+func (m *Mounted) Wait() error {
+	err := m.conn.Wait()
 	m.fs.stop()
+	_ = m.dev.Close()
+	return err
 }
 
 // Unmount unmounts a directory mount, lazily if it is busy; Wait returns afterwards. For a
@@ -169,8 +268,8 @@ func (m *Mounted) Unmount() error {
 	if m.passedFD {
 		return ErrMountedByOwner
 	}
-	if err := m.server.Unmount(); err != nil {
-		if lerr := syscall.Unmount(m.mountPoint, syscall.MNT_DETACH); lerr != nil {
+	if err := unix.Unmount(m.mountPoint, 0); err != nil {
+		if lerr := unix.Unmount(m.mountPoint, unix.MNT_DETACH); lerr != nil {
 			return fmt.Errorf("unmount %s: %w", m.mountPoint, errors.Join(err, lerr))
 		}
 	}
@@ -186,10 +285,10 @@ func (m *Mounted) Stats() Stats {
 	}
 }
 
+// mountOptions are what the protocol server negotiates in INIT; the kernel mount itself is made
+// by mount.FUSE, here or in the node-agent.
 func (f *filesystem) mountOptions() fuse.MountOptions {
-	o := fuse.MountOptions{
-		FsName:             "s3csi:" + f.bucket,
-		Name:               "s3csi",
+	return fuse.MountOptions{
 		MaxWrite:           maxWrite,
 		MaxReadAhead:       maxWrite,
 		DisableReadDirPlus: true,
@@ -197,13 +296,5 @@ func (f *filesystem) mountOptions() fuse.MountOptions {
 		DisableSplice:      true,
 		MaxBackground:      64,
 		Debug:              os.Getenv("S3CSI_FUSE_DEBUG") != "",
-		DirectMount:        true,
 	}
-	// Root is another user to the kernel: --allow-root needs allow_other too, and
-	// restrictAccess keeps everyone else out.
-	o.AllowOther = f.opts.AllowOther || f.opts.AllowRoot
-	if f.opts.ReadOnly {
-		o.Options = append(o.Options, "ro")
-	}
-	return o
 }

@@ -73,7 +73,9 @@ func unmountFS(t testing.TB, dir string, m *Mounted) {
 	}
 	done := make(chan struct{})
 	go func() {
-		m.Wait()
+		if err := m.Wait(); err != nil {
+			t.Errorf("serve %s: %v", dir, err)
+		}
 		close(done)
 	}()
 	select {

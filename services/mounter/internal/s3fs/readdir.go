@@ -53,12 +53,18 @@ func (s *dirStream) reset() {
 	s.ready, s.held, s.token, s.started, s.done, s.errno = entries, nil, nil, false, false, 0
 }
 
-// Seekdir supports rewinding to the start only.
+// Seekdir lists the directory again from its start and skips off entries: go-fuse numbers a
+// stream's entries 1, 2, 3... (they carry no offset of their own), so off is the count the kernel
+// consumed. The kernel seeks when a directory is rewound, and when a server that resumed the
+// connection opened the handle again (fuseconn): the listing then continues where it was, give or
+// take the entries added or removed meanwhile.
 func (s *dirStream) Seekdir(_ context.Context, off uint64) syscall.Errno {
-	if off != 0 {
-		return syscall.ENOTSUP
-	}
 	s.reset()
+	for ; off > 0 && s.HasNext(); off-- { //nolint:contextcheck // pages are fetched under the mount's lifetime (Readdir)
+		if _, errno := s.Next(); errno != 0 {
+			return errno
+		}
+	}
 	return 0
 }
 

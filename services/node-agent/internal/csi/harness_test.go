@@ -1,6 +1,7 @@
 package csi_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -174,6 +175,11 @@ type nodeOptions struct {
 	unbound func()
 	// deadSource is called before a dead source is mounted again.
 	deadSource func(ctx context.Context, mountpointPod, exceptPodUID string)
+	// resumeWait is how long a source whose mounter died waits for the next one; zero means
+	// 100 ms: a killed mounter stands for one that kubelet does not restart.
+	resumeWait time.Duration
+	// replaced is called when a mounter was replaced under its workloads.
+	replaced func(ctx context.Context, mountpointPod string, pause time.Duration)
 }
 
 func startNode(t testing.TB, o nodeOptions) *node {
@@ -212,7 +218,8 @@ func startNode(t testing.TB, o nodeOptions) *node {
 		NodeName: n.name, DriverVersion: "test", KubeletDir: n.kubelet.Root,
 		MountpointNamespace: mppod.DefaultNamespace, DriverCredentials: o.driverCreds, Region: "us-east-1",
 		EndpointURL: endpoint, PathStyle: true, LegacyTokenFile: o.legacyTokenFile,
-		Unbound: o.unbound, DeadSource: o.deadSource,
+		Unbound: o.unbound, DeadSource: o.deadSource, ResumeWait: cmp.Or(o.resumeWait, 100*time.Millisecond),
+		Replaced: o.replaced,
 	}, &countingWaiter{Waiter: n.waiter, finds: &n.finds}, pods, n.mpLocks, nil, nil)
 	n.server.SetReady(true)
 	g := csi.NewGRPCServer("unix://"+filepath.Join(t.TempDir(), "csi.sock"), n.server, log, nil)
@@ -236,6 +243,7 @@ func startNode(t testing.TB, o nodeOptions) *node {
 type mountpointPod struct {
 	pod     *corev1.Pod
 	commDir string
+	source  string
 	proc    *exec.Cmd
 	exited  chan error
 }
@@ -267,7 +275,7 @@ func (n *node) startMountpointPod(ctx context.Context, name string) (*mountpoint
 	if err != nil {
 		return nil, err
 	}
-	mp := &mountpointPod{pod: pod, commDir: commDir}
+	mp := &mountpointPod{pod: pod, commDir: commDir, source: n.kubelet.SourceDir(name)}
 	t.Cleanup(func() { cleanupMount(t, n.kubelet.SourceDir(name)) })
 	if err := os.MkdirAll(mp.commDir, 0o750); err != nil {
 		return nil, fmt.Errorf("create comm dir: %w", err)
@@ -283,14 +291,40 @@ func (n *node) startMountpointPod(ctx context.Context, name string) (*mountpoint
 }
 
 func (mp *mountpointPod) start(t testing.TB, realEngine bool) error {
+	_, err := mp.spawn(t, realEngine, false)
+	return err
+}
+
+// standby starts the next mounter of the pod, as kubelet restarts the container, but lets it
+// exec only when go is called.
+//
+// Problem: exec closes the test process's descriptors in the child, and closing a file of a FUSE
+// mount whose server died waits for that server: a test that holds a file of the mount open
+// cannot start the next mounter after the kill.
+// Solution: fork a shell waiting on its stdin while the server lives; go lets it exec.
+// Invariant: a test that kills a mounter under an open file starts the next one with standby.
+func (mp *mountpointPod) standby(t testing.TB, realEngine bool) (goFn func(), err error) {
+	return mp.spawn(t, realEngine, true)
+}
+
+func (mp *mountpointPod) spawn(t testing.TB, realEngine, standby bool) (func(), error) {
 	bin := testMounter
 	if realEngine {
 		bin = s3Mounter
 	}
 	cmd := exec.Command(bin, "--comm-dir="+mp.commDir)
+	goFn := func() {}
+	if standby {
+		cmd = exec.Command("/bin/sh", "-c", `read -r _ && exec "$0" "$@"`, bin, "--comm-dir="+mp.commDir)
+		in, err := cmd.StdinPipe()
+		if err != nil {
+			return nil, err
+		}
+		goFn = func() { _, _ = in.Write([]byte("go\n")) }
+	}
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start mounter: %w", err)
+		return nil, fmt.Errorf("start mounter: %w", err)
 	}
 	exited := make(chan error, 1)
 	mp.proc, mp.exited = cmd, exited
@@ -299,10 +333,12 @@ func (mp *mountpointPod) start(t testing.TB, realEngine bool) error {
 		_ = cmd.Process.Kill()
 		_ = receive(exited) // this process's, even when the pod's mounter was started again
 	})
-	return nil
+	return goFn, nil
 }
 
-// kill ends the mounter as a crash would: its FUSE mounts stay and answer ENOTCONN.
+// kill ends the mounter as a crash would that kubelet does not follow with a restart: once the
+// node-agent stopped waiting for the next mounter (nodeOptions.resumeWait), its FUSE mounts stay
+// and answer ENOTCONN.
 func (mp *mountpointPod) kill(t testing.TB) {
 	t.Helper()
 	_ = mp.proc.Process.Kill()
@@ -312,6 +348,10 @@ func (mp *mountpointPod) kill(t testing.TB) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("mounter did not die")
 	}
+	testenv.Eventually(t, 10*time.Second, "the node-agent to let the dead mounter's connection go", func() bool {
+		state, _, err := mount.CheckWithin(mp.source, 50*time.Millisecond)
+		return err == nil && state != mount.Hung
+	})
 }
 
 // assign records workload pod uid as served by mp in an attachment for pv on this node; keys

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"sync/atomic"
+	"time"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -80,6 +81,13 @@ type Config struct {
 	// Mountpoint Pod and the workload pod (if any) whose first publish this is: its workloads
 	// still hold the dead mount and must be told (health.Monitor.Report).
 	DeadSource func(ctx context.Context, mountpointPod, exceptPodUID string)
+	// ResumeWait is how long the FUSE connection of a source whose mounter ended waits for the
+	// mounter kubelet starts next in the same Mountpoint Pod to take it over (handshake.Kept);
+	// zero means handshake.DefaultResumeWait.
+	ResumeWait time.Duration
+	// Replaced, when set, is called when the mounter of a Mountpoint Pod ended and the next one
+	// took its mount over, pause after the end (health.Monitor.Replaced).
+	Replaced func(ctx context.Context, mountpointPod string, pause time.Duration)
 }
 
 // Server implements csi.IdentityServer and csi.NodeServer.

@@ -342,7 +342,17 @@ func (s *Server) mountSource(ctx context.Context, source, commDir string, a *att
 		ConfigFile: files.ConfigFile, CredentialsFile: files.CredentialsFile,
 		MaxRead: mount.FUSEMaxRead, VolumeId: p.VolumeID,
 	}
-	err = handshake.SendTo(ctx, filepath.Join(commDir, mppod.MountSockName), s.cfg.MounterUID, dev, req)
+	// The connection is kept (handshake.Kept) until the mounter ends with the source unmounted,
+	// so that a mounter that dies while workloads use the mount is replaced under them.
+	log := logr.FromContextOrDiscard(ctx).WithValues("source", source, "mountpointPod", mp)
+	_, err = handshake.Keep(ctx, filepath.Join(commDir, mppod.MountSockName), s.cfg.MounterUID, dev, req, handshake.KeepOptions{
+		Log: log, ResumeWait: s.cfg.ResumeWait,
+		Resumed: func(pause time.Duration) {
+			if s.cfg.Replaced != nil {
+				s.cfg.Replaced(logr.NewContext(context.WithoutCancel(ctx), log), mp, pause)
+			}
+		},
+	})
 	if err == nil {
 		// After the mounter answered: the kernel lowers the readahead to what the server
 		// accepts when it answers FUSE_INIT, which offers the readahead the mount had then.

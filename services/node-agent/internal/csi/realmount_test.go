@@ -3,6 +3,7 @@ package csi_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -20,6 +21,7 @@ import (
 	"github.com/s3csi/s3csi/shared/testenv"
 
 	"github.com/s3csi/s3csi/services/node-agent/internal/credentials"
+	"github.com/s3csi/s3csi/services/node-agent/internal/health"
 )
 
 // TestPublishServesTheBucketThroughTheRealMounter runs the whole node path with the real
@@ -76,4 +78,79 @@ func TestPublishServesTheBucketThroughTheRealMounter(t *testing.T) {
 	if strings.Contains(n.logs.all(), srv.SecretKey) {
 		t.Fatal("the S3 secret reached the node-agent's logs")
 	}
+}
+
+// TestAKilledMounterIsReplacedUnderTheWorkload kills a Mountpoint Pod's mounter with SIGKILL while
+// a workload has a file open through its target, then starts the next mounter in the same pod,
+// as kubelet restarts the container: the node-agent hands it the FUSE connection it kept, and the
+// open file reads on, without an error and without a new publish.
+func TestAKilledMounterIsReplacedUnderTheWorkload(t *testing.T) {
+	srv := testenv.StartS3(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	content := strings.Repeat("0123456789abcdef", 1<<16) // 1 MiB
+	if _, err := srv.RootClient().PutObject(ctx, &s3.PutObjectInput{
+		Bucket: aws.String(srv.Bucket), Key: aws.String("dir/big.txt"), Body: strings.NewReader(content),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	dead := make(chan string, 1)
+	var monitor *health.Monitor
+	n := startNode(t, nodeOptions{fallback: 200 * time.Millisecond, s3: srv, resumeWait: time.Minute,
+		driverCreds: credentials.Static{AccessKeyID: srv.AccessKey, SecretAccessKey: srv.SecretKey},
+		deadSource:  func(_ context.Context, mp, _ string) { dead <- mp },
+		replaced:    func(ctx context.Context, mp string, pause time.Duration) { monitor.Replaced(ctx, mp, pause) }})
+	monitor = health.New(n.kubelet.Root, n.name, mppod.DefaultNamespace, time.Hour, apiServer.Client, nil, nil)
+	workload := createWorkload(ctx, t, n)
+	pv, volumeID, uid := "pv-killed", "vol-killed", workload.UID
+	mpName := mppod.Name(string(uid), pv)
+	mp := n.createMountpointPod(mpName)
+	n.assign(pv, volumeID, string(uid), mpName)
+	target := n.target(uid, pv)
+	if _, err := n.client.NodePublishVolume(ctx, publishRequest(volumeID, target, srv.Bucket, uid)); err != nil {
+		t.Fatalf("publish: %v", err)
+	}
+	f, err := os.Open(filepath.Join(target, "dir", "big.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	half := make([]byte, len(content)/2)
+	if _, err := io.ReadFull(f, half); err != nil {
+		t.Fatal(err)
+	}
+
+	first, dying := mp.proc, mp.exited
+	next, err := mp.standby(t, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = first.Process.Kill()
+	exit := <-dying
+	dying <- exit // for the cleanup
+	next()
+	rest, err := io.ReadAll(f)
+	if err != nil || string(half)+string(rest) != content {
+		t.Fatalf("reading on after the mounter was replaced: %d bytes, %v; want the rest of the object; node-agent logs:\n%s",
+			len(rest), err, n.logs.all())
+	}
+	entries, err := os.ReadDir(filepath.Join(target, "dir"))
+	if err != nil || len(entries) != 1 {
+		t.Fatalf("listing after the mounter was replaced: %v, %v", entries, err)
+	}
+	if state, _, err := mount.Check(n.kubelet.SourceDir(mpName)); err != nil || state != mount.Mounted {
+		t.Fatalf("source state %v, %v; want mounted", state, err)
+	}
+	select {
+	case mp := <-dead:
+		t.Fatalf("the source of %s was mounted again: the connection was not resumed", mp)
+	default:
+	}
+	if !strings.Contains(n.logs.all(), "A new mounter took the FUSE connection over") {
+		t.Fatalf("the node-agent did not log the handover; logs:\n%s", n.logs.all())
+	}
+	testenv.Eventually(t, 10*time.Second, "a MountpointReplaced Warning on the workload", func() bool {
+		got := warningsOf(ctx, t, workload, health.ReasonReplaced)
+		return len(got) == 1 && strings.Contains(got[0].Message, mpName) && strings.Contains(got[0].Message, "ESTALE")
+	})
 }

@@ -34,6 +34,8 @@ const DefaultPeriod = 5 * time.Second
 const (
 	Reason              = "MountpointConnectionLost"
 	ReasonNotResponding = "MountpointNotResponding"
+	// ReasonReplaced: the mounter ended and the next one took the mount over (handshake.Kept).
+	ReasonReplaced = "MountpointReplaced"
 )
 
 // Monitor is a runnable that checks every source mount each period.
@@ -170,6 +172,15 @@ func (m *Monitor) Report(ctx context.Context, mp, exceptPodUID string) {
 	m.report(ctx, mp, exceptPodUID, Reason)
 }
 
+// Replaced reports on each workload of Mountpoint Pod mp that its mounter ended, and how, and that
+// the next one took the mount over pause later: the workload saw a pause, and lost a file it was
+// writing then. Each replacement is reported; a failed report is logged.
+func (m *Monitor) Replaced(ctx context.Context, mp string, pause time.Duration) {
+	if err := m.publish(ctx, mp, "", ReasonReplaced, pause); err != nil {
+		logr.FromContextOrDiscard(ctx).Error(err, "Reporting a replaced mounter failed", "mountpointPod", mp)
+	}
+}
+
 // report reports reason on mp's workloads unless this incident already was.
 func (m *Monitor) report(ctx context.Context, mp, exceptPodUID, reason string) {
 	m.mu.Lock()
@@ -177,15 +188,16 @@ func (m *Monitor) report(ctx context.Context, mp, exceptPodUID, reason string) {
 	if m.reported[mp] == reason {
 		return
 	}
-	if err := m.publish(ctx, mp, exceptPodUID, reason); err != nil {
+	if err := m.publish(ctx, mp, exceptPodUID, reason, 0); err != nil {
 		logr.FromContextOrDiscard(ctx).Error(err, "Reporting a broken mount failed; retrying", "mountpointPod", mp, "reason", reason)
 		return
 	}
 	m.reported[mp] = reason
 }
 
-// publish publishes mount.failed and a Warning Event on each workload of the Mountpoint Pod.
-func (m *Monitor) publish(ctx context.Context, mp, exceptPodUID, reason string) error {
+// publish publishes a Warning Event on each workload of the Mountpoint Pod, and mount.failed when
+// the mount broke; pause is the time a replaced mounter's mount waited.
+func (m *Monitor) publish(ctx context.Context, mp, exceptPodUID, reason string, pause time.Duration) error {
 	var s3pas s3csiv2.MountpointS3PodAttachmentList
 	if err := m.api.List(ctx, &s3pas, client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector(s3csiv2.FieldNodeName, m.node)}); err != nil {
 		return fmt.Errorf("list attachments: %w", err)
@@ -202,10 +214,16 @@ func (m *Monitor) publish(ctx context.Context, mp, exceptPodUID, reason string) 
 		}
 	}
 	var msg string
-	if reason == ReasonNotResponding {
+	switch reason {
+	case ReasonNotResponding:
 		msg = csi.HungMessage(m.namespace, mp)
 		logr.FromContextOrDiscard(ctx).Info("A Mountpoint Pod's filesystem still does not answer", "mountpointPod", mp, "workloads", len(uids))
-	} else {
+	case ReasonReplaced:
+		msg = fmt.Sprintf("The mounter of Mountpoint Pod %s/%s ended%s; the mounter kubelet started next took the mount over "+
+			"%s later: reads and listings went on after the pause, and a file being written through the mount then "+
+			"fails with ESTALE (stale file handle) and must be written again", m.namespace, mp, m.awaitExitCause(ctx, mp), pause.Round(time.Millisecond))
+		logr.FromContextOrDiscard(ctx).Info("A Mountpoint Pod's mounter was replaced under its workloads", "mountpointPod", mp, "workloads", len(uids))
+	default:
 		msg = csi.DeadMessage(m.namespace, mp, m.awaitExitCause(ctx, mp))
 		logr.FromContextOrDiscard(ctx).Info("A Mountpoint Pod's filesystem is dead", "mountpointPod", mp, "workloads", len(uids))
 	}
@@ -224,7 +242,7 @@ func (m *Monitor) publish(ctx context.Context, mp, exceptPodUID, reason string) 
 			return fmt.Errorf("create event for pod %s/%s: %w", p.Namespace, p.Name, err)
 		}
 	}
-	if m.sink != nil {
+	if m.sink != nil && reason != ReasonReplaced {
 		m.sink.Notify("", &eventspb.MountFailed{Node: m.node, VolumeId: orUnknown(volumeID), PvName: pvName,
 			MountpointPodName: mp, WorkloadPodUids: affected, Reason: reason, Message: msg})
 	}
