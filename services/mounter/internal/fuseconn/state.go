@@ -76,6 +76,11 @@ func (s *state) admit(h header, req []byte) verdict {
 			return verdict{reply: true}
 		case f.stale:
 			return verdict{reply: true, errno: syscall.ESTALE}
+		case release:
+			// Forgotten before the filesystem frees the number: a CREATE or OPEN served meanwhile
+			// may get the same number, and its record must not be deleted by this release's.
+			delete(s.files, fh)
+			s.record(releaseRec(fh))
 		}
 	}
 	if h.nodeID == 0 || h.nodeID == rootID {
@@ -120,11 +125,6 @@ func (s *state) observe(h header, req, reply []byte) {
 	case opOpen, opOpendir:
 		if len(body) >= openOutSize && len(req) >= inHeaderSize+4 {
 			s.open(le.Uint64(body), h.nodeID, le.Uint32(req[inHeaderSize:]), h.opcode == opOpendir, false)
-		}
-	case opRelease, opReleasedir:
-		if fh, ok := fileHandle(h.opcode, req); ok {
-			delete(s.files, fh)
-			s.record(releaseRec(fh))
 		}
 	}
 }
