@@ -23,9 +23,10 @@ const termWrites = 20
 // `kubectl drain` of the node under a Deployment that keeps writing for 10 s after its SIGTERM
 // (S6). The drain evicts the writer and its Mountpoint Pod at once (a pod selector keeps the
 // cluster's own pods out of this one-node drain: they have nowhere else to go). The Mountpoint
-// Pod serves until the writer has left, so every file the writer closes during its grace period
-// reaches the bucket; the drain finishes with nothing stuck; after uncordon the Deployment's new
-// pod mounts the volume again.
+// Pod serves the writer while it has a file open and hands the mount over to the pod that
+// replaces it between two files, so every file the writer closes during its grace period reaches
+// the bucket; the drain finishes with nothing stuck; after uncordon the Deployment's new pod
+// mounts the volume again.
 func TestDrainOfTheNodeLetsTheWriterFinishItsGracePeriod(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
@@ -81,7 +82,10 @@ while true; do sleep 1; done`, termWrites)
 			t.Errorf("file %d written after SIGTERM: %q, %v", i, got, err)
 		}
 	}
-	if err := getPod(ctx, &mp); err == nil {
+	// Its mounter handed the mount over once the writer had closed its last file: the pod that
+	// replaces it under the same name serves the writer's last moments, and goes after it.
+	uid := mp.UID
+	if err := getPod(ctx, &mp); err == nil && mp.UID == uid {
 		t.Errorf("the Mountpoint Pod %s is still there after the drain (phase %s)", mp.Name, mp.Status.Phase)
 	}
 

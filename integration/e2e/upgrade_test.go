@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	s3csiv2 "github.com/s3csi/s3csi/shared/api/v2"
@@ -22,7 +23,9 @@ const nextTag = "0.1.0-next"
 // reader. Every service rolls to the new images; the reader's mount keeps serving through the
 // node-agent's replacement and never fails; its Mountpoint Pod stays the old version on the same
 // FUSE connection; a new pod on the same volume gets a Mountpoint Pod of the new version (no
-// Mountpoint Pod serves two driver versions). The release is upgraded back afterwards.
+// Mountpoint Pod serves two driver versions). Then the reader's Mountpoint Pod is deleted, and its
+// mount moves to a Mountpoint Pod of the new version without an error or a restart (the new
+// node-agent reattached to the old mounter). The release is upgraded back afterwards.
 func TestChartUpgradeToANewTagKeepsLiveMountsServing(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
@@ -102,17 +105,55 @@ func TestChartUpgradeToANewTagKeepsLiveMountsServing(t *testing.T) {
 			}
 		}
 	}
+	found := false
 	for _, mp := range mps {
 		if mp.Name != served {
 			continue
 		}
+		found = true
 		if mp.Name == old.Name {
 			t.Fatalf("the new pod shares the Mountpoint Pod of the old version %s", old.Name)
 		}
 		if img := mp.Spec.Containers[0].Image; !strings.HasSuffix(img, ":"+nextTag) || mp.Labels[s3csiv2.LabelDriverVersion] != nextTag {
 			t.Errorf("the new pod's Mountpoint Pod runs %s, version label %q; want %s", img, mp.Labels[s3csiv2.LabelDriverVersion], nextTag)
 		}
-		return
 	}
-	t.Fatalf("no Mountpoint Pod found for the new pod (attachments name %q)", served)
+	if !found {
+		t.Fatalf("no Mountpoint Pod found for the new pod (attachments name %q)", served)
+	}
+
+	// The reader moves to the new version: its Mountpoint Pod, of the old one, is deleted. The
+	// node-agent of the new version reattached to its mounter when it started, so the mounter
+	// hands the mount over to the pod that replaces it, which runs the new images.
+	start = time.Now()
+	if err := k8s.Delete(ctx, &old); err != nil {
+		t.Fatal(err)
+	}
+	eventually(ctx, t, "a Normal MountpointHandedOver Event on the reader", func() error {
+		if events := podEvents(ctx, reader); !strings.Contains(events, "Normal MountpointHandedOver") {
+			return fmt.Errorf("events: %s", events)
+		}
+		return nil
+	})
+	t.Logf("from deleting the old version's Mountpoint Pod to the reader's MountpointHandedOver Event: %v",
+		time.Since(start).Round(10*time.Millisecond))
+	moved := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: old.Name, Namespace: old.Namespace}}
+	if err := getPod(ctx, &moved); err != nil {
+		t.Fatal(err)
+	}
+	if img := moved.Spec.Containers[0].Image; moved.UID == old.UID || !strings.HasSuffix(img, ":"+nextTag) {
+		t.Errorf("the reader's Mountpoint Pod after the hand-over: uid %s (old %s), image %s; want a new pod of %s", moved.UID, old.UID, img, nextTag)
+	}
+	time.Sleep(2 * time.Second) // the reader reads on through the new mounter
+	if out := podLog(ctx, t, reader); strings.Contains(out, "READ-FAILED") || !strings.HasSuffix(out, "read\n") {
+		t.Fatalf("the reader failed across the hand-over to the new version:\n%s", lastLines(out, 5))
+	}
+	if err := getPod(ctx, reader); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range reader.Status.ContainerStatuses {
+		if c.RestartCount != 0 {
+			t.Fatalf("the reader's container %s restarted %d times", c.Name, c.RestartCount)
+		}
+	}
 }

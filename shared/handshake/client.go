@@ -137,24 +137,33 @@ func dialOnce(sockPath string) (*net.UnixConn, error) {
 
 // checkPeer compares the uid of the process that bound the socket with want.
 func checkPeer(conn *net.UnixConn, want int) error {
+	uid, pid, err := PeerCred(conn)
+	if err != nil {
+		return err
+	}
+	if uid != want {
+		return fmt.Errorf("%w: the listener (pid %d) runs as uid %d, the mounter as uid %d", ErrWrongPeer, pid, uid, want)
+	}
+	return nil
+}
+
+// PeerCred returns the uid and pid of the process at the other end of conn (SO_PEERCRED).
+func PeerCred(conn *net.UnixConn) (uid, pid int, err error) {
 	raw, err := conn.SyscallConn()
 	if err != nil {
-		return fmt.Errorf("read peer credentials: %w", err)
+		return 0, 0, fmt.Errorf("read peer credentials: %w", err)
 	}
 	var cred *unix.Ucred
 	var credErr error
 	if err := raw.Control(func(fd uintptr) {
 		cred, credErr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
 	}); err != nil {
-		return fmt.Errorf("read peer credentials: %w", err)
+		return 0, 0, fmt.Errorf("read peer credentials: %w", err)
 	}
 	if credErr != nil {
-		return fmt.Errorf("read peer credentials: %w", credErr)
+		return 0, 0, fmt.Errorf("read peer credentials: %w", credErr)
 	}
-	if int(cred.Uid) != want {
-		return fmt.Errorf("%w: the listener (pid %d) runs as uid %d, the mounter as uid %d", ErrWrongPeer, cred.Pid, cred.Uid, want)
-	}
-	return nil
+	return int(cred.Uid), int(cred.Pid), nil
 }
 
 // ctxErr prefers the context's error over the deadline error it caused.

@@ -112,17 +112,33 @@ func mountedFUSE(t *testing.T) (string, *os.File) {
 	return dir, dev
 }
 
-func keep(t *testing.T, sock string, dev *os.File, wait time.Duration) *handshake.Kept {
+// firstMounter mounts /dev/fuse, keeps it with o (Log and ResumeWait filled in when unset)
+// through a fake mounter listening in a new comm dir, and returns the mount's dir, the socket, the
+// Kept connection and the request the mounter took.
+func firstMounter(t *testing.T, o handshake.KeepOptions) (string, string, *handshake.Kept, *taken) {
 	t.Helper()
+	dir, dev := mountedFUSE(t)
+	sock := filepath.Join(t.TempDir(), "mount.sock")
+	first := listenFake(t, sock)
+	done := make(chan *taken, 1)
+	go func() { done <- first.take(t, "") }()
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	k, err := handshake.Keep(ctx, sock, os.Getuid(), dev, &handshake.Request{Bucket: "b", MaxRead: 1 << 20},
-		handshake.KeepOptions{Log: testr.New(t), ResumeWait: wait})
+	if o.Log.GetSink() == nil {
+		o.Log = testr.New(t)
+	}
+	if o.ResumeWait == 0 {
+		o.ResumeWait = time.Minute
+	}
+	k, err := handshake.Keep(ctx, sock, os.Getuid(), dev, &handshake.Request{Bucket: "b", MaxRead: 1 << 20}, o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(k.Close)
-	return k
+	_ = dev.Close()
+	a := <-done
+	_ = first.ln.Close()
+	return dir, sock, k, a
 }
 
 func waitDone(t *testing.T, k *handshake.Kept, within time.Duration, what string) {
@@ -135,20 +151,12 @@ func waitDone(t *testing.T, k *handshake.Kept, within time.Duration, what string
 }
 
 func TestKeptHandsTheConnectionToTheNextMounter(t *testing.T) {
-	dir, dev := mountedFUSE(t)
-	sock := filepath.Join(t.TempDir(), "mount.sock")
-	first := listenFake(t, sock)
-	done := make(chan *taken, 1)
-	go func() { done <- first.take(t, "") }()
-	k := keep(t, sock, dev, time.Minute)
-	_ = dev.Close()
-	a := <-done
+	dir, sock, k, a := firstMounter(t, handshake.KeepOptions{})
 	if len(a.fds) != 2 || a.req.Resume {
 		t.Fatalf("first request: %d descriptors, resume %t; want 2, false", len(a.fds), a.req.Resume)
 	}
 
 	// The mounter dies; kubelet starts the next one on the same socket.
-	_ = first.ln.Close()
 	a.die()
 	second := listenFake(t, sock)
 	b := second.take(t, "")
@@ -170,16 +178,58 @@ func TestKeptHandsTheConnectionToTheNextMounter(t *testing.T) {
 	waitDone(t, k, 5*time.Second, "after the mounter of an unmounted source ended")
 }
 
+// A mounter that hands its mount over (its pod is deleted) says so and ends; its comm dir goes
+// with its pod while Next still names it, and Next then names the pod that replaces it.
+func TestKeptFollowsAHandOverToTheMountpointPodThatReplacesTheFirst(t *testing.T) {
+	nextSock := filepath.Join(t.TempDir(), "mount.sock")
+	var oldSock string
+	asked := 0
+	resumed := make(chan handshake.Resumption, 1)
+	_, sock, _, a := firstMounter(t, handshake.KeepOptions{
+		Next: func(_ context.Context, handedOver bool) (string, error) {
+			if !handedOver {
+				t.Error("Next was not told that the first mounter handed the mount over")
+			}
+			asked++
+			if asked == 1 {
+				return oldSock, nil // the pod watch has not seen the old pod go yet
+			}
+			return nextSock, nil
+		},
+		Resumed: func(r handshake.Resumption) { resumed <- r },
+	})
+	oldSock = sock
+	frame, err := handshake.EncodeFrame(&handshake.Response{Version: handshake.Version, HandedOver: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.conn.Write(frame); err != nil {
+		t.Fatal(err)
+	}
+	a.die()
+	if err := os.RemoveAll(filepath.Dir(sock)); err != nil {
+		t.Fatal(err)
+	}
+	b := listenFake(t, nextSock).take(t, "")
+	if len(b.fds) != 2 || !b.req.Resume || b.state.Ino != a.state.Ino {
+		t.Fatalf("request in the new pod: %d descriptors, resume %t, same state file %t; want 2, true, true",
+			len(b.fds), b.req.Resume, b.state.Ino == a.state.Ino)
+	}
+	select {
+	case r := <-resumed:
+		if !r.HandedOver {
+			t.Error("Resumed says the first mounter died; it handed the mount over")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Resumed was not called")
+	}
+	if asked != 2 {
+		t.Errorf("Next was asked %d times, want 2 (the old pod's socket, then the new pod's)", asked)
+	}
+}
+
 func TestKeptClosesTheConnectionWhenNoMounterTakesItOver(t *testing.T) {
-	dir, dev := mountedFUSE(t)
-	sock := filepath.Join(t.TempDir(), "mount.sock")
-	first := listenFake(t, sock)
-	done := make(chan *taken, 1)
-	go func() { done <- first.take(t, "") }()
-	k := keep(t, sock, dev, 300*time.Millisecond)
-	_ = dev.Close()
-	a := <-done
-	_ = first.ln.Close()
+	dir, _, k, a := firstMounter(t, handshake.KeepOptions{ResumeWait: 300 * time.Millisecond})
 	a.die()
 	waitDone(t, k, 5*time.Second, "when no mounter came")
 	// With no holder left, the kernel ended the connection: the mount answers ENOTCONN.
@@ -189,37 +239,39 @@ func TestKeptClosesTheConnectionWhenNoMounterTakesItOver(t *testing.T) {
 	}
 }
 
-func TestKeptGivesUpWhenTheCommDirGoes(t *testing.T) {
-	_, dev := mountedFUSE(t)
-	commDir := t.TempDir()
-	sock := filepath.Join(commDir, "mount.sock")
-	first := listenFake(t, sock)
-	done := make(chan *taken, 1)
-	go func() { done <- first.take(t, "") }()
-	k := keep(t, sock, dev, time.Hour)
-	_ = dev.Close()
-	a := <-done
-	_ = first.ln.Close()
+// The source is unmounted (its workloads left) while the connection waits for the pod that
+// replaces the first one: nothing is left to hand over, whatever ResumeWait says.
+func TestKeptLetsGoWhenTheSourceIsUnmountedWhileItWaits(t *testing.T) {
+	waiting := make(chan struct{})
+	dir, _, k, a := firstMounter(t, handshake.KeepOptions{
+		ResumeWait: time.Hour,
+		Next: func(ctx context.Context, _ bool) (string, error) {
+			close(waiting)
+			<-ctx.Done() // no pod replaces the first one
+			return "", ctx.Err()
+		},
+	})
 	a.die()
-	if err := os.RemoveAll(commDir); err != nil {
+	<-waiting
+	if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, k, 5*time.Second, "after its source was unmounted")
+}
+
+func TestKeptGivesUpWhenTheCommDirGoes(t *testing.T) {
+	_, sock, k, a := firstMounter(t, handshake.KeepOptions{ResumeWait: time.Hour})
+	a.die()
+	if err := os.RemoveAll(filepath.Dir(sock)); err != nil {
 		t.Fatal(err)
 	}
 	waitDone(t, k, 5*time.Second, "after its Mountpoint Pod's comm dir went")
 }
 
 func TestKeptClosesTheConnectionWhenTheNextMounterRefusesIt(t *testing.T) {
-	dir, dev := mountedFUSE(t)
-	sock := filepath.Join(t.TempDir(), "mount.sock")
-	first := listenFake(t, sock)
-	done := make(chan *taken, 1)
-	go func() { done <- first.take(t, "") }()
-	k := keep(t, sock, dev, time.Minute)
-	_ = dev.Close()
-	a := <-done
-	_ = first.ln.Close()
+	dir, sock, k, a := firstMounter(t, handshake.KeepOptions{})
 	a.die()
-	second := listenFake(t, sock)
-	b := second.take(t, "the state file is damaged")
+	b := listenFake(t, sock).take(t, "the state file is damaged")
 	b.die()
 	waitDone(t, k, 5*time.Second, "after the next mounter refused the connection")
 	var st unix.Statfs_t
@@ -238,4 +290,67 @@ func dev2(t *testing.T, r *taken) *os.File {
 	f := os.NewFile(uintptr(fd), "/dev/fuse")
 	t.Cleanup(func() { _ = f.Close() })
 	return f
+}
+
+// A restarted node-agent gets the connection back from the mounter (Reattach), which is outside
+// its trust: what comes back must be a /dev/fuse descriptor, a regular state file and a valid
+// request, or nothing is kept.
+func TestReattachKeepsOnlyAFUSEDescriptorAndAStateFile(t *testing.T) {
+	fuse, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0)
+	if err != nil {
+		t.Fatalf("open /dev/fuse: %v (run as root, with /dev/fuse)", err)
+	}
+	defer fuse.Close()
+	state, err := unix.MemfdCreate("state", unix.MFD_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(state)
+	var pipe [2]int
+	if err := unix.Pipe2(pipe[:], unix.O_CLOEXEC); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(pipe[0])
+	defer unix.Close(pipe[1])
+	valid := &handshake.Request{Version: handshake.Version, Bucket: "b", MaxRead: 1 << 20}
+	for _, tc := range []struct {
+		name    string
+		fds     []int
+		serving *handshake.Request
+		kept    bool
+	}{
+		{"/dev/fuse and a memfd", []int{int(fuse.Fd()), state}, valid, true},
+		{"a pipe instead of /dev/fuse", []int{pipe[0], state}, valid, false},
+		{"a pipe instead of the state file", []int{int(fuse.Fd()), pipe[0]}, valid, false},
+		{"one descriptor", []int{int(fuse.Fd())}, valid, false},
+		{"an invalid request", []int{int(fuse.Fd()), state}, &handshake.Request{Version: handshake.Version}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sock := filepath.Join(t.TempDir(), "mount.sock")
+			m := listenFake(t, sock)
+			go func() {
+				conn, err := m.ln.AcceptUnix()
+				if err != nil {
+					return
+				}
+				defer conn.Close()
+				var req handshake.Request
+				if _, err := handshake.Receive(conn, &req); err != nil || !req.Reattach {
+					return
+				}
+				frame, _ := handshake.EncodeFrame(&handshake.Response{Version: handshake.Version, Serving: tc.serving})
+				_, _, _ = conn.WriteMsgUnix(frame, unix.UnixRights(tc.fds...), nil)
+				_, _ = conn.Read(make([]byte, 1)) // serve until the test ends
+			}()
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+			defer cancel()
+			k, err := handshake.Reattach(ctx, sock, os.Getuid(), handshake.KeepOptions{Log: testr.New(t)})
+			if (err == nil) != tc.kept {
+				t.Fatalf("Reattach: %v; want kept %t", err, tc.kept)
+			}
+			if k != nil {
+				k.Close()
+			}
+		})
+	}
 }

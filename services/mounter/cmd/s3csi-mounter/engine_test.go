@@ -121,7 +121,7 @@ type podMounter struct {
 	err     error // the exit status, once exited is closed
 }
 
-func startPodMounter(t *testing.T, bin, script string) *podMounter {
+func startPodMounter(t testing.TB, bin, script string) *podMounter {
 	t.Helper()
 	commDir := filepath.Join(t.TempDir(), "comm")
 	if err := os.Mkdir(commDir, 0o750); err != nil {
@@ -139,12 +139,12 @@ func startPodMounter(t *testing.T, bin, script string) *podMounter {
 // Solution: fork the next mounter (a shell waiting on its stdin) before the server dies; start
 // lets it exec.
 // Invariant: a test that kills a mounter under its own readers starts the next one with this.
-func standbyPodMounter(t *testing.T, bin, script, commDir string) (p *podMounter, start func()) {
+func standbyPodMounter(t testing.TB, bin, script, commDir string) (p *podMounter, start func()) {
 	t.Helper()
 	return newPodMounter(t, bin, script, commDir, true)
 }
 
-func newPodMounter(t *testing.T, bin, script, commDir string, standby bool) (*podMounter, func()) {
+func newPodMounter(t testing.TB, bin, script, commDir string, standby bool) (*podMounter, func()) {
 	t.Helper()
 	p := &podMounter{commDir: commDir, output: &syncWriter{}, exited: make(chan struct{})}
 	cmd := exec.Command(bin, app.CommDirFlag+p.commDir)
@@ -179,7 +179,7 @@ func newPodMounter(t *testing.T, bin, script, commDir string, standby bool) (*po
 
 // bucketRequest writes the profile files of s's credentials into the comm dir, as the
 // node-agent does, and returns the mount request of s's bucket with args.
-func (p *podMounter) bucketRequest(t *testing.T, s *testenv.S3, args ...string) *handshake.Request {
+func (p *podMounter) bucketRequest(t testing.TB, s *testenv.S3, args ...string) *handshake.Request {
 	t.Helper()
 	const profile = "s3csi"
 	configFile, credentialsFile := filepath.Join(mppod.CredentialsName, "config"), filepath.Join(mppod.CredentialsName, "credentials")

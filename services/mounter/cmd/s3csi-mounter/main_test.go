@@ -23,7 +23,7 @@ import (
 const unprivileged = 65534
 
 // buildWorldExecutable builds the mounter where an unprivileged user can execute it.
-func buildWorldExecutable(t *testing.T) string {
+func buildWorldExecutable(t testing.TB) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "s3csi-mounter-bin-")
 	if err != nil {

@@ -320,6 +320,29 @@ func (c *Conn) JournalErr() error {
 	return c.st.j.err
 }
 
+// Writers is the number of files open for writing through this server, not counting handles a
+// resume could not restore: their uploads are in this process, and a server that takes the
+// connection over cannot carry them on.
+func (c *Conn) Writers() int {
+	c.st.mu.Lock()
+	defer c.st.mu.Unlock()
+	n := 0
+	for _, f := range c.st.files {
+		if !f.dir && !f.stale && f.flags&syscall.O_ACCMODE != syscall.O_RDONLY {
+			n++
+		}
+	}
+	return n
+}
+
+// Resumable reports whether another server can take the connection over from the journal: there
+// is one, and it still describes the connection.
+func (c *Conn) Resumable() bool {
+	c.st.mu.Lock()
+	defer c.st.mu.Unlock()
+	return c.st.j != nil && c.st.j.err == nil
+}
+
 func (c *Conn) close() {
 	c.wakeMu.Lock()
 	defer c.wakeMu.Unlock()

@@ -24,12 +24,17 @@ import (
 // returns the process exit code:
 //
 //   - 0 when commDir/mount.exit exists: the node-agent asked for a clean exit (the Mountpoint
-//     Pod then ends Succeeded and is deleted);
+//     Pod then ends Succeeded and is deleted), or after a stop request handed the mount over
+//     (ErrHandedOver);
 //   - 1 otherwise, after writing the error to commDir/mount.err, so that Kubernetes restarts
 //     the container and the node-agent can show the operator why.
 func Run(ctx context.Context, commDir string, engine Engine, stopRequested <-chan struct{}) int {
 	log := logr.FromContextOrDiscard(ctx).WithValues("commDir", commDir)
 	err := serve(logr.NewContext(ctx, log), commDir, engine, stopRequested)
+	if errors.Is(err, ErrHandedOver) {
+		log.Info("Exiting: the mount was handed over, the node-agent holds its connection for the next mounter")
+		return 0
+	}
 	if exitRequested(commDir) {
 		log.Info("Exiting: the node-agent asked for it", "reason", errText(err))
 		return 0

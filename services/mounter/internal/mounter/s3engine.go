@@ -2,6 +2,7 @@ package mounter
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -58,7 +59,7 @@ func (e *S3Engine) Mount(ctx context.Context, fd int, state *os.File, req *hands
 		// requests wait until the connection is aborted; everything else is served.
 		e.Log.Error(err, "The requests the previous mounter had taken stay unanswered")
 	}
-	return mounted{m: m, state: state}, nil
+	return mounted{m: m, state: state, log: e.Log}, nil
 }
 
 func setEnv(env map[string]string) error {
@@ -113,19 +114,43 @@ func prepare(commDir string, fd int, req *handshake.Request) (mountargs.Options,
 	return opts, env, nil
 }
 
-// mounted adapts s3fs.Mounted to Mounted.
+// mounted adapts s3fs.Mounted to Mounted and HandingOver.
 type mounted struct {
 	m     *s3fs.Mounted
 	state *os.File
+	log   logr.Logger
 }
 
-// Wait blocks until the owner unmounted the filesystem.
+// Wait blocks until the owner unmounted the filesystem, or it was handed over.
 func (m mounted) Wait() error {
 	err := m.m.Wait()
 	if m.state != nil {
 		_ = m.state.Close()
 	}
+	if errors.Is(err, s3fs.ErrStopped) {
+		return ErrHandedOver
+	}
 	return err
+}
+
+// HandOver implements HandingOver.
+func (m mounted) HandOver(ctx context.Context, keeperOpen func() bool) error {
+	if m.state == nil {
+		return errors.New("the node-agent sent no state file with the mount request, so no mounter can take it over")
+	}
+	if !m.m.Resumable() {
+		return errors.New("the state file stopped describing the connection (see the error logged before)")
+	}
+	go func() {
+		err := m.m.HandOver(ctx, func(writers int) {
+			m.log.Info("Waiting for the files open for writing to be closed before handing the mount over: "+
+				"an upload cannot move to another mounter", "writers", writers)
+		}, keeperOpen)
+		if err != nil && ctx.Err() == nil {
+			m.log.Error(err, "Handing the mount over failed")
+		}
+	}()
+	return nil
 }
 
 // cacheDir turns the --cache name of a mount request into a directory of the Mountpoint Pod.

@@ -1,13 +1,12 @@
 package mounter
 
 import (
-	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -46,12 +45,15 @@ type Mounted interface {
 //
 // Problem: kubelet sends SIGTERM to a Mountpoint Pod that is deleted or evicted while its
 // workloads still read and write through the mount; stopping then breaks every one of them at
-// once, although the node-agent unmounts the filesystem anyway as soon as the last bind is gone.
-// Solution: two stop requests. stopRequested (the first signal) ends the wait for a request
-// and a set-up in progress, but once the filesystem serves it is only logged: the filesystem
-// serves until it is unmounted. ctx (a second signal, or the caller) ends Serve at any time.
-// Invariant: a first stop request never ends a mount that is serving; kubelet's SIGKILL at the
-// end of the pod's grace period bounds how long it serves on.
+// once.
+// Solution: two stop requests. stopRequested (the first signal) ends the wait for a request and
+// a set-up in progress. Once the filesystem serves, a mount that the next mounter can take over
+// (HandingOver) is handed over: it stops once no file is open for writing, and Serve returns
+// ErrHandedOver, while the node-agent keeps the connection for the Mountpoint Pod that replaces
+// this one. Any other mount serves on until it is unmounted (the node-agent unmounts it once the
+// last bind is gone). ctx (a second signal, or the caller) ends Serve at any time.
+// Invariant: a first stop request never fails a request of a serving mount; kubelet's SIGKILL at
+// the end of the pod's grace period bounds how long it serves on.
 func Serve(ctx context.Context, ln *net.UnixListener, engine Engine, stopRequested <-chan struct{}) error {
 	log := logr.FromContextOrDiscard(ctx)
 	setup, cancel := context.WithCancelCause(ctx)
@@ -74,7 +76,7 @@ func Serve(ctx context.Context, ln *net.UnixListener, engine Engine, stopRequest
 			}
 			return fmt.Errorf("accept mount request: %w", err)
 		}
-		mounted, err := handle(setup, conn, engine)
+		mounted, sv, err := handle(setup, conn, engine)
 		var invalid *invalidRequestError
 		switch {
 		case errors.As(err, &invalid):
@@ -86,19 +88,159 @@ func Serve(ctx context.Context, ln *net.UnixListener, engine Engine, stopRequest
 			return err
 		}
 		stop()
-		_ = ln.Close()
+		k := &keeper{conn: conn}
+		if sv == nil {
+			_ = ln.Close()
+		} else {
+			defer sv.close()
+			go acceptReattach(logr.NewContext(ctx, log), ln, sv, k)
+		}
 		log.Info("Filesystem serving")
-		err = wait(ctx, mounted, stopRequested)
-		_ = conn.Close()
+		err = wait(ctx, mounted, stopRequested, k.open)
+		_ = ln.Close()
+		k.end(errors.Is(err, ErrHandedOver))
 		return err
 	}
+}
+
+// keeper is the handshake connection of the node-agent that keeps a copy of the FUSE connection
+// (handshake.Kept): the one that sent the request, or the one that reattached last.
+type keeper struct {
+	mu    sync.Mutex
+	conn  *net.UnixConn
+	ended bool
+}
+
+// open reports whether the keeper still holds its end of the connection.
+func (k *keeper) open() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return !k.ended && peerOpen(k.conn)
+}
+
+// replace makes conn the keeper's connection and closes the previous one.
+func (k *keeper) replace(conn *net.UnixConn) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.ended {
+		_ = conn.Close()
+		return
+	}
+	_ = k.conn.Close()
+	k.conn = conn
+}
+
+// end tells the keeper, when handedOver, that the mount was handed over, and closes the
+// connection: the keeper sees the mounter end.
+func (k *keeper) end(handedOver bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if handedOver {
+		if frame, err := handshake.EncodeFrame(&handshake.Response{Version: handshake.Version, HandedOver: true}); err == nil {
+			_, _ = k.conn.Write(frame)
+		}
+	}
+	_ = k.conn.Close()
+	k.ended = true
+}
+
+// served is what a mounter whose mount can be handed over gives back to a node-agent that
+// reattaches: the request it serves, copies of its /dev/fuse and state descriptors, and the uid
+// that may ask (the sender of the request).
+type served struct {
+	req         *handshake.Request
+	fuse, state *os.File
+	uid         int
+}
+
+func (sv *served) close() {
+	_ = sv.fuse.Close()
+	_ = sv.state.Close()
+}
+
+// acceptReattach answers reattach requests on ln until it is closed.
+//
+// Problem: the node-agent keeps its copy of the FUSE connection in its process, so after it
+// restarts no one but the mounter holds it: a mounter that ends then, or that is asked to hand
+// the mount over, ends its workloads' mount.
+// Solution: the mounter keeps listening while it serves; a reattach request from the uid that
+// sent the mount request gets the request and copies of both descriptors, and its connection
+// becomes the keeper's.
+// Invariant: nothing is sent before the peer's uid was checked; any other request is refused.
+func acceptReattach(ctx context.Context, ln *net.UnixListener, sv *served, k *keeper) {
+	log := logr.FromContextOrDiscard(ctx)
+	for {
+		conn, err := ln.AcceptUnix()
+		if err != nil {
+			return
+		}
+		if err := reattach(conn, sv); err != nil {
+			answer(conn, err.Error())
+			_ = conn.Close()
+			log.Info("Refused a request while serving", "reason", err.Error())
+			continue
+		}
+		k.replace(conn)
+		log.Info("A restarted node-agent reattached: it keeps the FUSE connection for the next mounter again")
+	}
+}
+
+// reattach reads a reattach request on conn and answers it with sv.
+func reattach(conn *net.UnixConn, sv *served) error {
+	_ = conn.SetDeadline(time.Now().Add(requestTimeout))
+	defer func() { _ = conn.SetDeadline(time.Time{}) }()
+	var req handshake.Request
+	fds, err := handshake.Receive(conn, &req)
+	closeAll(fds) // a reattach request carries none
+	switch {
+	case err != nil:
+		return fmt.Errorf("read request: %w", err)
+	case !req.Reattach:
+		return errors.New("this mounter already serves a mount: it takes only reattach requests")
+	case req.Version != handshake.Version:
+		return fmt.Errorf("protocol version %d, want %d", req.Version, handshake.Version)
+	}
+	uid, _, err := handshake.PeerCred(conn)
+	if err != nil {
+		return err
+	}
+	if uid != sv.uid {
+		return fmt.Errorf("a reattach request from uid %d: only uid %d, which sent the mount request, may reattach", uid, sv.uid)
+	}
+	frame, err := handshake.EncodeFrame(&handshake.Response{Version: handshake.Version, Serving: sv.req})
+	if err != nil {
+		return err
+	}
+	rights := unix.UnixRights(int(sv.fuse.Fd()), int(sv.state.Fd())) //nolint:gosec // descriptors fit
+	if _, _, err := conn.WriteMsgUnix(frame, rights, nil); err != nil {
+		return fmt.Errorf("answer: %w", err)
+	}
+	return nil
 }
 
 // errStoppedBeforeServing ends a mounter asked to stop before it served a filesystem.
 var errStoppedBeforeServing = errors.New("asked to stop before a filesystem was served")
 
-// wait returns when the filesystem stops or ctx ends; a stop request is only logged.
-func wait(ctx context.Context, m Mounted, stopRequested <-chan struct{}) error {
+// ErrHandedOver is returned by Serve when the filesystem stopped so that the next mounter takes
+// its connection over (HandingOver).
+var ErrHandedOver = errors.New("handed the mount over to the next mounter")
+
+// HandingOver is a Mounted whose connection the next mounter can take over from the state it
+// records.
+type HandingOver interface {
+	// HandOver starts the hand-over and returns, or fails at once when this mount cannot be
+	// taken over. The filesystem serves until no file is open for writing and keeperOpen
+	// reports that the node-agent that holds the connection for the next mounter is there,
+	// then stops reading requests and answers those it read; Wait then returns ErrHandedOver.
+	// ctx ends the wait.
+	HandOver(ctx context.Context, keeperOpen func() bool) error
+}
+
+// wait returns when the filesystem stops or ctx ends; a stop request hands a HandingOver mount
+// over once keeperOpen reports that the node-agent that keeps the connection is there, and is
+// only logged for any other mount.
+func wait(ctx context.Context, m Mounted, stopRequested <-chan struct{}, keeperOpen func() bool) error {
+	log := logr.FromContextOrDiscard(ctx)
 	done := make(chan error, 1)
 	go func() { done <- m.Wait() }()
 	for {
@@ -107,13 +249,48 @@ func wait(ctx context.Context, m Mounted, stopRequested <-chan struct{}) error {
 			return err
 		case <-stopRequested:
 			stopRequested = nil
-			logr.FromContextOrDiscard(ctx).Info("Asked to stop while serving: the filesystem keeps serving until " +
-				"the node-agent unmounts it, once no workload binds it any more; a second signal, or the end of " +
-				"the pod's termination grace period, stops it now and disconnects those workloads")
+			h, ok := m.(HandingOver)
+			if !ok {
+				log.Info("Asked to stop while serving: the filesystem keeps serving until " +
+					"the node-agent unmounts it, once no workload binds it any more; a second signal, or the end of " +
+					"the pod's termination grace period, stops it now and disconnects those workloads")
+				continue
+			}
+			if err := h.HandOver(ctx, keeperOpen); err != nil {
+				log.Info("Asked to stop while serving, but the mount cannot be handed over: the filesystem keeps "+
+					"serving until the node-agent unmounts it, once no workload binds it any more; a second signal, "+
+					"or the end of the pod's termination grace period, stops it now and disconnects those workloads",
+					"reason", err.Error())
+				continue
+			}
+			if !keeperOpen() {
+				log.Info("Asked to stop while serving: the node-agent that holds the connection for the next mounter " +
+					"is gone (it restarted since the mount); the filesystem keeps serving, and hands the mount over " +
+					"once a node-agent reattached and no file is open for writing")
+				continue
+			}
+			log.Info("Asked to stop while serving: handing the mount over to the mounter of the Mountpoint Pod that " +
+				"replaces this one, as soon as no file is open for writing; its workloads see a pause, not an error")
 		case <-ctx.Done():
 			return fmt.Errorf("stopped while serving, before the filesystem was unmounted: %w", context.Cause(ctx))
 		}
 	}
+}
+
+// peerOpen reports whether the peer of conn still has it open: a peek finds no end of stream.
+func peerOpen(conn *net.UnixConn) bool {
+	raw, err := conn.SyscallConn()
+	if err != nil {
+		return false
+	}
+	open := false
+	buf := make([]byte, 1)
+	_ = raw.Read(func(fd uintptr) bool {
+		n, _, err := unix.Recvfrom(int(fd), buf, unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		open = n > 0 || errors.Is(err, unix.EAGAIN)
+		return true
+	})
+	return open
 }
 
 type invalidRequestError struct{ err error }
@@ -121,8 +298,9 @@ type invalidRequestError struct{ err error }
 func (e *invalidRequestError) Error() string { return e.err.Error() }
 func (e *invalidRequestError) Unwrap() error { return e.err }
 
-// handle reads one request and its file, runs the engine and answers.
-func handle(ctx context.Context, conn *net.UnixConn, engine Engine) (Mounted, error) {
+// handle reads one request and its files, runs the engine and answers. When the mount can be
+// handed over it returns what a reattaching node-agent gets (served), else nil.
+func handle(ctx context.Context, conn *net.UnixConn, engine Engine) (Mounted, *served, error) {
 	_ = conn.SetDeadline(time.Now().Add(requestTimeout))
 	req, fds, err := receive(conn)
 	if err == nil {
@@ -136,19 +314,49 @@ func handle(ctx context.Context, conn *net.UnixConn, engine Engine) (Mounted, er
 	}
 	if err != nil {
 		answer(conn, err.Error())
-		return nil, &invalidRequestError{err: err}
+		return nil, nil, &invalidRequestError{err: err}
 	}
 	var state *os.File
+	var sv *served
 	if len(fds) == 2 {
 		state = os.NewFile(uintptr(fds[1]), "state") //nolint:gosec // descriptors are not negative
+		sv = keepCopies(conn, req, fds)
 	}
 	mounted, err := engine.Mount(ctx, fds[0], state, req)
 	if err != nil {
+		if sv != nil {
+			sv.close()
+		}
 		answer(conn, err.Error())
-		return nil, fmt.Errorf("mount bucket %s: %w", req.Bucket, err)
+		return nil, nil, fmt.Errorf("mount bucket %s: %w", req.Bucket, err)
 	}
 	answer(conn, "")
-	return mounted, nil
+	if _, ok := mounted.(HandingOver); !ok && sv != nil {
+		sv.close() // an engine whose mount ends with its server keeps no other copy alive
+		sv = nil
+	}
+	return mounted, sv, nil
+}
+
+// keepCopies duplicates the request's /dev/fuse and state descriptors for a node-agent that
+// reattaches later (served); nil when they cannot be had.
+func keepCopies(conn *net.UnixConn, req *handshake.Request, fds []int) *served {
+	uid, _, err := handshake.PeerCred(conn)
+	if err != nil {
+		return nil
+	}
+	var files []*os.File
+	for _, fd := range fds {
+		dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0) //nolint:gosec // descriptors are not negative
+		if err != nil {
+			for _, f := range files {
+				_ = f.Close()
+			}
+			return nil
+		}
+		files = append(files, os.NewFile(uintptr(dup), "kept")) //nolint:gosec // descriptors are not negative
+	}
+	return &served{req: req, fuse: files[0], state: files[1], uid: uid}
 }
 
 func answer(conn *net.UnixConn, msg string) {
@@ -162,58 +370,16 @@ func answer(conn *net.UnixConn, msg string) {
 // receive reads one request frame and its attached descriptors: the /dev/fuse file, then the
 // state file, which a request may leave out (handshake.Send): its mount cannot be resumed.
 func receive(conn *net.UnixConn) (*handshake.Request, []int, error) {
-	buf := make([]byte, 4+handshake.MaxFrameSize)
-	oob := make([]byte, unix.CmsgSpace(4*4))
-	var fds []int
-	got := 0
-	want := -1
-	for want < 0 || got < want {
-		n, oobn, _, _, err := conn.ReadMsgUnix(buf[got:], oob)
-		if oobn > 0 {
-			fds = append(fds, parseRights(oob[:oobn])...)
-		}
-		if err != nil {
-			closeAll(fds)
-			return nil, nil, fmt.Errorf("read mount request: %w", err)
-		}
-		if n == 0 {
-			closeAll(fds)
-			return nil, nil, errors.New("read mount request: connection closed early")
-		}
-		got += n
-		if want < 0 && got >= 4 {
-			size := binary.BigEndian.Uint32(buf[:4])
-			if size > handshake.MaxFrameSize {
-				closeAll(fds)
-				return nil, nil, fmt.Errorf("read mount request: %d bytes exceed %d", size, handshake.MaxFrameSize)
-			}
-			want = 4 + int(size)
-		}
+	var req handshake.Request
+	fds, err := handshake.Receive(conn, &req)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read mount request: %w", err)
 	}
 	if len(fds) != 1 && len(fds) != 2 {
 		closeAll(fds)
 		return nil, nil, fmt.Errorf("read mount request: want 1 or 2 file descriptors, got %d", len(fds))
 	}
-	var req handshake.Request
-	if err := handshake.DecodeBody(bytes.NewReader(buf[4:want]), uint32(want-4), &req); err != nil { //nolint:gosec // bounded
-		closeAll(fds)
-		return nil, nil, err
-	}
 	return &req, fds, nil
-}
-
-func parseRights(oob []byte) []int {
-	msgs, err := unix.ParseSocketControlMessage(oob)
-	if err != nil {
-		return nil
-	}
-	var fds []int
-	for i := range msgs {
-		if rights, err := unix.ParseUnixRights(&msgs[i]); err == nil {
-			fds = append(fds, rights...)
-		}
-	}
-	return fds
 }
 
 func closeAll(fds []int) {

@@ -252,6 +252,43 @@ const pollHackName = ".go-fuse-epoll-hack"
 // Config.State. Wait returns ErrStopped afterwards.
 func (m *Mounted) Stop() { m.conn.Stop() }
 
+// Resumable reports whether a server can take the connection over from Config.State once this
+// one stops: it has a state file, and the state still describes the connection.
+func (m *Mounted) Resumable() bool { return m.conn.Resumable() }
+
+// handOverCheck is how often HandOver looks for files open for writing.
+const handOverCheck = 100 * time.Millisecond
+
+// HandOver stops serving (Stop) once no file is open for writing and ready reports true, and
+// serves as before until then: an upload lives in this process, and the server that takes the
+// connection over could only fail it; ready is whoever holds the connection for that server
+// being there. waiting, when set, is called once with the number of files open for writing when
+// there are any. It returns when the server stopped or its connection ended, or with ctx's error
+// when ctx ends first.
+func (m *Mounted) HandOver(ctx context.Context, waiting func(writers int), ready func() bool) error {
+	t := time.NewTicker(handOverCheck)
+	defer t.Stop()
+	told := false
+	for {
+		n := m.conn.Writers()
+		if n == 0 && ready() {
+			m.Stop()
+			return nil
+		}
+		if n > 0 && !told && waiting != nil {
+			waiting(n)
+			told = true
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-m.conn.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
 // Wait blocks until the kernel closes the FUSE connection (the mount point was unmounted: nil) or
 // the server stopped (ErrStopped) or failed, then cancels outstanding S3 requests, waits for the
 // filesystem's goroutines to end and closes the descriptor.

@@ -212,6 +212,16 @@ func (s *service) run(ctx context.Context) error {
 		s.server.SetReady(true)
 		log.Info("Mountpoint Pod watch synced; serving")
 		sg, sctx := errgroup.WithContext(ctx)
+		sg.Go(func() error {
+			// The connections of the sources mounted before this process started, kept again
+			// for the next mounter (csi.Server.Reattach).
+			if n, err := s.server.Reattach(logr.NewContext(sctx, log)); err != nil {
+				log.Error(err, "Reattaching the sources mounted before this start failed")
+			} else if n > 0 {
+				log.Info("Kept the FUSE connections of the sources mounted before this start", "sources", n)
+			}
+			return nil
+		})
 		sg.Go(func() error { return s.cleaner.Start(sctx) })
 		sg.Go(func() error { return s.health.Start(sctx) })
 		if s.reg != nil {

@@ -95,16 +95,20 @@ type Files struct {
 // reader sees the old or the new content, never a partial one. The Mountpoint Pod can write the
 // comm dir: a symlink at credentials/ or at a file's name is refused or replaced, never followed.
 func Write(commDir string, creds Static, region string) (Files, error) {
-	comm, err := commdir.Open(commDir)
-	if err != nil {
-		return Files{}, fmt.Errorf("write credentials: %w", err)
-	}
-	defer func() { _ = comm.Close() }()
-	dir, err := comm.Subdir(mppod.CredentialsName, 0o750)
-	if err != nil {
-		return Files{}, fmt.Errorf("create credentials dir: %w", err)
-	}
-	defer func() { _ = dir.Close() }()
+	return WriteProfiles(commDir, Render(creds, region))
+}
+
+// Profiles is the content of one Mountpoint Pod's profile files. It holds the secret key: it
+// must never reach a log, an event or an API object.
+type Profiles struct {
+	Config, Credentials []byte
+}
+
+// String keeps the secret key out of logs.
+func (Profiles) String() string { return "credentials.Profiles{redacted}" }
+
+// Render returns the profile files for creds and region.
+func Render(creds Static, region string) Profiles {
 	var config strings.Builder
 	fmt.Fprintf(&config, "[profile %s]\n", Profile)
 	if region != "" {
@@ -118,16 +122,62 @@ func Write(commDir string, creds Static, region string) (Files, error) {
 			fmt.Fprintf(&keys, "aws_session_token = %s\n", creds.SessionToken)
 		}
 	}
-	if err := dir.WriteFile(ConfigFileName, []byte(config.String()), 0o640); err != nil {
+	return Profiles{Config: []byte(config.String()), Credentials: []byte(keys.String())}
+}
+
+// WriteProfiles writes p into commDir as Write does.
+func WriteProfiles(commDir string, p Profiles) (Files, error) {
+	dir, err := credentialsDir(commDir)
+	if err != nil {
 		return Files{}, err
 	}
-	if err := dir.WriteFile(CredentialsFileName, []byte(keys.String()), 0o640); err != nil {
+	defer func() { _ = dir.Close() }()
+	if err := dir.WriteFile(ConfigFileName, p.Config, 0o640); err != nil {
+		return Files{}, err
+	}
+	if err := dir.WriteFile(CredentialsFileName, p.Credentials, 0o640); err != nil {
 		return Files{}, err
 	}
 	return Files{
 		ConfigFile:      filepath.Join(mppod.CredentialsName, ConfigFileName),
 		CredentialsFile: filepath.Join(mppod.CredentialsName, CredentialsFileName),
 	}, nil
+}
+
+// maxProfileSize bounds a profile file ReadProfiles accepts.
+const maxProfileSize = 64 << 10
+
+// ReadProfiles reads back the profile files Write wrote into commDir, refusing symlinks and
+// files of more than 64 KiB: the Mountpoint Pod can write the comm dir.
+func ReadProfiles(commDir string) (Profiles, error) {
+	dir, err := credentialsDir(commDir)
+	if err != nil {
+		return Profiles{}, err
+	}
+	defer func() { _ = dir.Close() }()
+	config, err := dir.ReadFile(ConfigFileName, maxProfileSize)
+	if err != nil {
+		return Profiles{}, err
+	}
+	keys, err := dir.ReadFile(CredentialsFileName, maxProfileSize)
+	if err != nil {
+		return Profiles{}, err
+	}
+	return Profiles{Config: config, Credentials: keys}, nil
+}
+
+// credentialsDir opens commDir/credentials, creating it when missing.
+func credentialsDir(commDir string) (*commdir.Dir, error) {
+	comm, err := commdir.Open(commDir)
+	if err != nil {
+		return nil, fmt.Errorf("write credentials: %w", err)
+	}
+	defer func() { _ = comm.Close() }()
+	dir, err := comm.Subdir(mppod.CredentialsName, 0o750)
+	if err != nil {
+		return nil, fmt.Errorf("create credentials dir: %w", err)
+	}
+	return dir, nil
 }
 
 func writeAtomic(path, content string) error {

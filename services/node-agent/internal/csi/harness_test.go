@@ -20,12 +20,15 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	s3csiv2 "github.com/s3csi/s3csi/shared/api/v2"
+	"github.com/s3csi/s3csi/shared/handshake"
 	"github.com/s3csi/s3csi/shared/keymutex"
 	"github.com/s3csi/s3csi/shared/mount"
 	"github.com/s3csi/s3csi/shared/mppod"
@@ -179,7 +182,7 @@ type nodeOptions struct {
 	// 100 ms: a killed mounter stands for one that kubelet does not restart.
 	resumeWait time.Duration
 	// replaced is called when a mounter was replaced under its workloads.
-	replaced func(ctx context.Context, mountpointPod string, pause time.Duration)
+	replaced func(ctx context.Context, mountpointPod string, r handshake.Resumption)
 }
 
 func startNode(t testing.TB, o nodeOptions) *node {
@@ -262,7 +265,19 @@ func (n *node) createMountpointPod(name string) *mountpointPod {
 // startMountpointPod is createMountpointPod returning its error, for callers that are not the
 // test's goroutine.
 func (n *node) startMountpointPod(ctx context.Context, name string) (*mountpointPod, error) {
-	t := n.t
+	mp, err := n.newMountpointPod(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	n.t.Cleanup(func() { cleanupMount(n.t, n.kubelet.SourceDir(name)) })
+	if err := mp.start(n.t, n.realEngine); err != nil {
+		return nil, err
+	}
+	return mp, n.setRunning(ctx, mp)
+}
+
+// newMountpointPod creates the pod object and its comm dir where the node-agent expects it.
+func (n *node) newMountpointPod(ctx context.Context, name string) (*mountpointPod, error) {
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: mppod.DefaultNamespace},
 		Spec:       corev1.PodSpec{NodeName: n.name, Containers: []corev1.Container{{Name: "mountpoint", Image: "s3csi-mounter"}}},
@@ -270,24 +285,50 @@ func (n *node) startMountpointPod(ctx context.Context, name string) (*mountpoint
 	if err := apiServer.Client.Create(ctx, pod); err != nil {
 		return nil, fmt.Errorf("create Mountpoint Pod %s: %w", name, err)
 	}
-	t.Cleanup(func() { _ = apiServer.Client.Delete(context.WithoutCancel(ctx), pod) })
+	n.t.Cleanup(func() { _ = apiServer.Client.Delete(context.WithoutCancel(ctx), pod) })
 	commDir, err := csi.CommDir(n.kubelet.Root, string(pod.UID))
 	if err != nil {
 		return nil, err
 	}
-	mp := &mountpointPod{pod: pod, commDir: commDir, source: n.kubelet.SourceDir(name)}
-	t.Cleanup(func() { cleanupMount(t, n.kubelet.SourceDir(name)) })
-	if err := os.MkdirAll(mp.commDir, 0o750); err != nil {
+	if err := os.MkdirAll(commDir, 0o750); err != nil {
 		return nil, fmt.Errorf("create comm dir: %w", err)
 	}
-	if err := mp.start(t, n.realEngine); err != nil {
-		return nil, err
+	return &mountpointPod{pod: pod, commDir: commDir, source: n.kubelet.SourceDir(name)}, nil
+}
+
+func (n *node) setRunning(ctx context.Context, mp *mountpointPod) error {
+	mp.pod.Status.Phase = corev1.PodRunning
+	if err := apiServer.Client.Status().Update(ctx, mp.pod); err != nil {
+		return fmt.Errorf("set Mountpoint Pod %s Running: %w", mp.pod.Name, err)
 	}
-	pod.Status.Phase = corev1.PodRunning
-	if err := apiServer.Client.Status().Update(ctx, pod); err != nil {
-		return nil, fmt.Errorf("set Mountpoint Pod %s Running: %w", name, err)
+	return nil
+}
+
+// replaceMountpointPod plays kubelet and the pod-reconciler after mp's mounter handed its mount
+// over: mp's pod object goes and a pod of the same name, with a new UID and comm dir, replaces
+// it; its mounter is next, forked by standby, which execs in the new comm dir.
+func (n *node) replaceMountpointPod(ctx context.Context, mp *mountpointPod, next func(commDir string)) *mountpointPod {
+	n.t.Helper()
+	if err := apiServer.Client.Delete(ctx, mp.pod, client.GracePeriodSeconds(0)); err != nil {
+		n.t.Fatal(err)
 	}
-	return mp, nil
+	testenv.Eventually(n.t, 10*time.Second, "the old Mountpoint Pod gone", func() bool {
+		err := apiServer.Client.Get(ctx, client.ObjectKeyFromObject(mp.pod), &corev1.Pod{})
+		return apierrors.IsNotFound(err)
+	})
+	if err := os.RemoveAll(mp.commDir); err != nil { // kubelet removes the pod's emptyDir
+		n.t.Fatal(err)
+	}
+	fresh, err := n.newMountpointPod(ctx, mp.pod.Name)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	fresh.proc, fresh.exited = mp.proc, mp.exited
+	next(fresh.commDir)
+	if err := n.setRunning(ctx, fresh); err != nil {
+		n.t.Fatal(err)
+	}
+	return fresh
 }
 
 func (mp *mountpointPod) start(t testing.TB, realEngine bool) error {
@@ -295,32 +336,32 @@ func (mp *mountpointPod) start(t testing.TB, realEngine bool) error {
 	return err
 }
 
-// standby starts the next mounter of the pod, as kubelet restarts the container, but lets it
-// exec only when go is called.
+// standby starts the next mounter of the pod, as kubelet restarts the container or starts the pod
+// that replaces it, but lets it exec only when next is called, with its comm dir.
 //
 // Problem: exec closes the test process's descriptors in the child, and closing a file of a FUSE
 // mount whose server died waits for that server: a test that holds a file of the mount open
 // cannot start the next mounter after the kill.
-// Solution: fork a shell waiting on its stdin while the server lives; go lets it exec.
-// Invariant: a test that kills a mounter under an open file starts the next one with standby.
-func (mp *mountpointPod) standby(t testing.TB, realEngine bool) (goFn func(), err error) {
+// Solution: fork a shell waiting on its stdin while the server lives; next lets it exec.
+// Invariant: a test that ends a mounter under an open file starts the next one with standby.
+func (mp *mountpointPod) standby(t testing.TB, realEngine bool) (next func(commDir string), err error) {
 	return mp.spawn(t, realEngine, true)
 }
 
-func (mp *mountpointPod) spawn(t testing.TB, realEngine, standby bool) (func(), error) {
+func (mp *mountpointPod) spawn(t testing.TB, realEngine, standby bool) (func(string), error) {
 	bin := testMounter
 	if realEngine {
 		bin = s3Mounter
 	}
 	cmd := exec.Command(bin, "--comm-dir="+mp.commDir)
-	goFn := func() {}
+	next := func(string) {}
 	if standby {
-		cmd = exec.Command("/bin/sh", "-c", `read -r _ && exec "$0" "$@"`, bin, "--comm-dir="+mp.commDir)
+		cmd = exec.Command("/bin/sh", "-c", `read -r dir && exec "$0" "--comm-dir=$dir"`, bin)
 		in, err := cmd.StdinPipe()
 		if err != nil {
 			return nil, err
 		}
-		goFn = func() { _, _ = in.Write([]byte("go\n")) }
+		next = func(commDir string) { _, _ = in.Write([]byte(commDir + "\n")) }
 	}
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Start(); err != nil {
@@ -333,7 +374,7 @@ func (mp *mountpointPod) spawn(t testing.TB, realEngine, standby bool) (func(), 
 		_ = cmd.Process.Kill()
 		_ = receive(exited) // this process's, even when the pod's mounter was started again
 	})
-	return goFn, nil
+	return next, nil
 }
 
 // kill ends the mounter as a crash would that kubelet does not follow with a restart: once the

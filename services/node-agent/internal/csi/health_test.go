@@ -103,11 +103,11 @@ func createWorkload(ctx context.Context, t *testing.T, n *node) *corev1.Pod {
 
 func warnings(ctx context.Context, t *testing.T, pod *corev1.Pod) []corev1.Event {
 	t.Helper()
-	return warningsOf(ctx, t, pod, health.Reason)
+	return eventsOf(ctx, t, pod, health.Reason)
 }
 
-// warningsOf returns the Events with reason on pod.
-func warningsOf(ctx context.Context, t *testing.T, pod *corev1.Pod, reason string) []corev1.Event {
+// eventsOf returns the Events with reason on pod.
+func eventsOf(ctx context.Context, t *testing.T, pod *corev1.Pod, reason string) []corev1.Event {
 	t.Helper()
 	var list corev1.EventList
 	if err := apiServer.Client.List(ctx, &list, client.InNamespace(pod.Namespace)); err != nil {
@@ -203,7 +203,7 @@ func TestAStoppedServerIsReportedWhenItStaysSilentAndTheMetricFollows(t *testing
 
 	mp.stop(t)
 	monitor.Check(ctx)
-	if got := warningsOf(ctx, t, workload, health.ReasonNotResponding); len(got) != 0 {
+	if got := eventsOf(ctx, t, workload, health.ReasonNotResponding); len(got) != 0 {
 		t.Fatalf("reported after one silent check: %v", got)
 	}
 	if got := sourceUp(); got != "0" {
@@ -211,7 +211,7 @@ func TestAStoppedServerIsReportedWhenItStaysSilentAndTheMetricFollows(t *testing
 	}
 	monitor.Check(ctx)
 	monitor.Check(ctx) // once per incident
-	got := warningsOf(ctx, t, workload, health.ReasonNotResponding)
+	got := eventsOf(ctx, t, workload, health.ReasonNotResponding)
 	if len(got) != 1 || !strings.Contains(got[0].Message, mpName) || !strings.Contains(got[0].Message, "does not answer") {
 		t.Fatalf("warnings on the workload = %v, want one saying %s does not answer", got, mpName)
 	}

@@ -16,7 +16,9 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/s3csi/s3csi/shared/handshake"
 	"github.com/s3csi/s3csi/shared/keymutex"
 	"github.com/s3csi/s3csi/shared/kubenames"
 	"github.com/s3csi/s3csi/shared/mppod"
@@ -41,6 +43,10 @@ type PodWaiter interface {
 	// WaitRunning returns the named Mountpoint Pod once Running; it waits for a pod not yet
 	// created, and fails for one that finished.
 	WaitRunning(ctx context.Context, name string) (*corev1.Pod, error)
+	// WaitServing returns the named Mountpoint Pod once Running, not terminating and not the
+	// pod of UID except; it waits past one that is terminating or finished, for the pod that
+	// replaces it.
+	WaitServing(ctx context.Context, name string, except types.UID) (*corev1.Pod, error)
 	// Get returns the named pod, nil when it does not exist.
 	Get(ctx context.Context, name string) (*corev1.Pod, error)
 }
@@ -86,8 +92,8 @@ type Config struct {
 	// zero means handshake.DefaultResumeWait.
 	ResumeWait time.Duration
 	// Replaced, when set, is called when the mounter of a Mountpoint Pod ended and the next one
-	// took its mount over, pause after the end (health.Monitor.Replaced).
-	Replaced func(ctx context.Context, mountpointPod string, pause time.Duration)
+	// took its mount over (health.Monitor.Replaced).
+	Replaced func(ctx context.Context, mountpointPod string, r handshake.Resumption)
 }
 
 // Server implements csi.IdentityServer and csi.NodeServer.
@@ -104,9 +110,11 @@ type Server struct {
 	// compatible spares kubelet's periodic republish an API read (checkRepublish).
 	compatible compatibleTargets
 	// stale are the targets whose containers hold a dead mount (NodeGetVolumeStats).
-	stale   staleTargets
-	mpLocks *keymutex.Mutex
-	ready   atomic.Bool
+	stale staleTargets
+	// profiles are the profile files of the kept sources, for the pods that replace theirs.
+	profiles profileCache
+	mpLocks  *keymutex.Mutex
+	ready    atomic.Bool
 }
 
 // NewServer returns a Server; mpLocks is shared with the source cleanup so that a cleanup and

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/s3csi/s3csi/shared/events/eventspb"
 	"github.com/s3csi/s3csi/shared/handshake"
@@ -107,11 +108,11 @@ func (s *Server) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 			"pod-reconciler replaces it once it is gone and the next retry mounts the volume; see kubectl get pod -n %s %s",
 			s.cfg.MountpointNamespace, mp, s.cfg.MountpointNamespace, mp)
 	}
-	files, err := s.writeCredentials(commDir, p)
+	files, err := s.writeCredentials(mp, commDir, p)
 	if err != nil {
 		return nil, err
 	}
-	shared, err := s.ensureSource(ctx, source, probed, commDir, a, p, files)
+	shared, err := s.ensureSource(ctx, source, probed, mountpointPod{pod: pod, commDir: commDir}, a, p, files)
 	s.metrics.Phase(metrics.PhaseMount, time.Since(t))
 	if err != nil {
 		return nil, err
@@ -210,7 +211,7 @@ func (s *Server) republish(ctx context.Context, p *publishRequest) (bool, error)
 	if err != nil {
 		return false, status.Errorf(codes.Internal, "Mountpoint Pod %s: %v", mp, err)
 	}
-	if _, err := s.writeCredentials(commDir, p); err != nil {
+	if _, err := s.writeCredentials(mp, commDir, p); err != nil {
 		return false, err
 	}
 	return true, nil
@@ -227,8 +228,16 @@ func ourSource(table mount.Table, target mount.Entry, kubeletDir string) (string
 	return "", false
 }
 
-// writeCredentials writes the profile files for p into commDir.
-func (s *Server) writeCredentials(commDir string, p *publishRequest) (credentials.Files, error) {
+// written is the profile files written into a Mountpoint Pod's comm dir: their names, and their
+// content for the pod that replaces it.
+type written struct {
+	credentials.Files
+	profiles credentials.Profiles
+}
+
+// writeCredentials writes the profile files for p into commDir, the comm dir of Mountpoint Pod
+// mp, and records them for the pod that replaces it while its source is kept.
+func (s *Server) writeCredentials(mp, commDir string, p *publishRequest) (written, error) {
 	creds := s.cfg.DriverCredentials
 	// A volume of a StorageClass that names only a provisioner secret asks for secret
 	// authentication but gets no node publish secret: it mounts with the driver's credentials,
@@ -236,15 +245,17 @@ func (s *Server) writeCredentials(commDir string, p *publishRequest) (credential
 	if p.AuthSource == volumecontext.AuthenticationSourceSecret && len(p.Secrets) > 0 {
 		c, err := credentials.FromSecrets(p.Secrets)
 		if err != nil {
-			return credentials.Files{}, status.Errorf(codes.InvalidArgument, "%v; set nodePublishSecretRef on the PersistentVolume", err)
+			return written{}, status.Errorf(codes.InvalidArgument, "%v; set nodePublishSecretRef on the PersistentVolume", err)
 		}
 		creds = c
 	}
-	files, err := credentials.Write(commDir, creds, s.cfg.Region)
+	profiles := credentials.Render(creds, s.cfg.Region)
+	files, err := credentials.WriteProfiles(commDir, profiles)
 	if err != nil {
-		return credentials.Files{}, status.Errorf(codes.Internal, "write credentials: %v", err)
+		return written{}, status.Errorf(codes.Internal, "write credentials: %v", err)
 	}
-	return files, nil
+	s.profiles.update(mp, profiles)
+	return written{Files: files, profiles: profiles}, nil
 }
 
 // probedSource is what a probe of a source found before its Mountpoint Pod's lock was taken.
@@ -300,7 +311,7 @@ func (s *Server) lockProbed(ctx context.Context, mp, source string) (func(), pro
 // ensureSource mounts the Mountpoint Pod's filesystem on source unless it is already live; the
 // caller probed source and holds the Mountpoint Pod's lock (lockProbed). It returns true when
 // the source was already mounted (a shared mount).
-func (s *Server) ensureSource(ctx context.Context, source string, probed probedSource, commDir string, a *attach.Assignment, p *publishRequest, files credentials.Files) (bool, error) {
+func (s *Server) ensureSource(ctx context.Context, source string, probed probedSource, mp mountpointPod, a *attach.Assignment, p *publishRequest, files written) (bool, error) {
 	log := logr.FromContextOrDiscard(ctx)
 	state, entry := probed.state, probed.entry
 	switch state {
@@ -326,11 +337,17 @@ func (s *Server) ensureSource(ctx context.Context, source string, probed probedS
 			return false, status.Errorf(codes.Internal, "create source dir: %v", err)
 		}
 	}
-	return false, s.mountSource(ctx, source, commDir, a, p, files)
+	return false, s.mountSource(ctx, source, mp, a, p, files)
+}
+
+// mountpointPod is the running Mountpoint Pod a publish mounts through, with its comm dir.
+type mountpointPod struct {
+	pod     *corev1.Pod
+	commDir string
 }
 
 // mountSource mounts FUSE on source and hands the connection to the Mountpoint Pod.
-func (s *Server) mountSource(ctx context.Context, source, commDir string, a *attach.Assignment, p *publishRequest, files credentials.Files) error {
+func (s *Server) mountSource(ctx context.Context, source string, serving mountpointPod, a *attach.Assignment, p *publishRequest, files written) error {
 	ns, mp := s.cfg.MountpointNamespace, a.MountpointPod
 	dev, err := mount.FUSE(source, a.Attachment.Spec.ReadOnly)
 	if err != nil {
@@ -343,17 +360,15 @@ func (s *Server) mountSource(ctx context.Context, source, commDir string, a *att
 		MaxRead: mount.FUSEMaxRead, VolumeId: p.VolumeID,
 	}
 	// The connection is kept (handshake.Kept) until the mounter ends with the source unmounted,
-	// so that a mounter that dies while workloads use the mount is replaced under them.
+	// so that a mounter that dies, or hands the mount over when its pod is deleted, is replaced
+	// under the workloads: by kubelet's restart of its container, or by the Mountpoint Pod the
+	// pod-reconciler creates under the same name. Kept releases itself.
 	log := logr.FromContextOrDiscard(ctx).WithValues("source", source, "mountpointPod", mp)
-	_, err = handshake.Keep(ctx, filepath.Join(commDir, mppod.MountSockName), s.cfg.MounterUID, dev, req, handshake.KeepOptions{
-		Log: log, ResumeWait: s.cfg.ResumeWait,
-		Resumed: func(pause time.Duration) {
-			if s.cfg.Replaced != nil {
-				s.cfg.Replaced(logr.NewContext(context.WithoutCancel(ctx), log), mp, pause)
-			}
-		},
-	})
+	slot := s.profiles.open(mp, files.profiles, true)
+	k, err := handshake.Keep(ctx, filepath.Join(serving.commDir, mppod.MountSockName), s.cfg.MounterUID, dev, req,
+		s.keepOptions(logr.NewContext(ctx, log), mp, serving.pod.UID, slot))
 	if err == nil {
+		s.kept(mp, k, slot)
 		// After the mounter answered: the kernel lowers the readahead to what the server
 		// accepts when it answers FUSE_INIT, which offers the readahead the mount had then.
 		if err := mount.SetReadAhead(source, mount.FUSEReadAheadKiB); err != nil {
@@ -362,6 +377,7 @@ func (s *Server) mountSource(ctx context.Context, source, commDir string, a *att
 		logr.FromContextOrDiscard(ctx).Info("Mounted the Mountpoint Pod's filesystem", "source", source, "bucket", p.Bucket)
 		return nil
 	}
+	s.profiles.close(mp, slot)
 	if uerr := mount.Unmount(source); uerr != nil {
 		logr.FromContextOrDiscard(ctx).Error(uerr, "Removing the failed source mount failed", "source", source)
 	}

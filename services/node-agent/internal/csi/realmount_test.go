@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"k8s.io/apimachinery/pkg/util/uuid"
 
+	"github.com/s3csi/s3csi/shared/handshake"
 	"github.com/s3csi/s3csi/shared/mount"
 	"github.com/s3csi/s3csi/shared/mppod"
 	"github.com/s3csi/s3csi/shared/testenv"
@@ -80,77 +82,107 @@ func TestPublishServesTheBucketThroughTheRealMounter(t *testing.T) {
 	}
 }
 
-// TestAKilledMounterIsReplacedUnderTheWorkload kills a Mountpoint Pod's mounter with SIGKILL while
-// a workload has a file open through its target, then starts the next mounter in the same pod,
-// as kubelet restarts the container: the node-agent hands it the FUSE connection it kept, and the
-// open file reads on, without an error and without a new publish.
-func TestAKilledMounterIsReplacedUnderTheWorkload(t *testing.T) {
+// TestAMounterIsReplacedUnderTheWorkload ends a Mountpoint Pod's mounter while a workload has a
+// file open through its target, in the two ways a mounter ends under its workloads, and starts
+// the next mounter as Kubernetes would:
+//
+//   - killed: SIGKILL; kubelet restarts the container in the same pod;
+//   - handed over: SIGTERM (the pod is deleted); the mounter hands the mount over and exits 0,
+//     and a pod of the same name, with a new UID and comm dir, replaces it.
+//
+// The node-agent hands the next mounter the FUSE connection it kept, and the open file reads on,
+// without an error and without a new publish; the workload gets a MountpointReplaced Warning
+// (killed) or a Normal MountpointHandedOver Event (handed over).
+func TestAMounterIsReplacedUnderTheWorkload(t *testing.T) {
 	srv := testenv.StartS3(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
 	content := strings.Repeat("0123456789abcdef", 1<<16) // 1 MiB
-	if _, err := srv.RootClient().PutObject(ctx, &s3.PutObjectInput{
+	if _, err := srv.RootClient().PutObject(t.Context(), &s3.PutObjectInput{
 		Bucket: aws.String(srv.Bucket), Key: aws.String("dir/big.txt"), Body: strings.NewReader(content),
 	}); err != nil {
 		t.Fatal(err)
 	}
-	dead := make(chan string, 1)
-	var monitor *health.Monitor
-	n := startNode(t, nodeOptions{fallback: 200 * time.Millisecond, s3: srv, resumeWait: time.Minute,
-		driverCreds: credentials.Static{AccessKeyID: srv.AccessKey, SecretAccessKey: srv.SecretKey},
-		deadSource:  func(_ context.Context, mp, _ string) { dead <- mp },
-		replaced:    func(ctx context.Context, mp string, pause time.Duration) { monitor.Replaced(ctx, mp, pause) }})
-	monitor = health.New(n.kubelet.Root, n.name, mppod.DefaultNamespace, time.Hour, apiServer.Client, nil, nil)
-	workload := createWorkload(ctx, t, n)
-	pv, volumeID, uid := "pv-killed", "vol-killed", workload.UID
-	mpName := mppod.Name(string(uid), pv)
-	mp := n.createMountpointPod(mpName)
-	n.assign(pv, volumeID, string(uid), mpName)
-	target := n.target(uid, pv)
-	if _, err := n.client.NodePublishVolume(ctx, publishRequest(volumeID, target, srv.Bucket, uid)); err != nil {
-		t.Fatalf("publish: %v", err)
-	}
-	f, err := os.Open(filepath.Join(target, "dir", "big.txt"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	half := make([]byte, len(content)/2)
-	if _, err := io.ReadFull(f, half); err != nil {
-		t.Fatal(err)
-	}
+	for _, tc := range []struct {
+		name     string
+		handover bool
+		reason   string
+		message  string
+	}{
+		{name: "killed", reason: health.ReasonReplaced, message: "ESTALE"},
+		{name: "handed over", handover: true, reason: health.ReasonHandedOver, message: "without an error"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			dead := make(chan string, 1)
+			var monitor *health.Monitor
+			n := startNode(t, nodeOptions{fallback: 200 * time.Millisecond, s3: srv, resumeWait: time.Minute,
+				driverCreds: credentials.Static{AccessKeyID: srv.AccessKey, SecretAccessKey: srv.SecretKey},
+				deadSource:  func(_ context.Context, mp, _ string) { dead <- mp },
+				replaced:    func(ctx context.Context, mp string, r handshake.Resumption) { monitor.Replaced(ctx, mp, r) }})
+			monitor = health.New(n.kubelet.Root, n.name, mppod.DefaultNamespace, time.Hour, apiServer.Client, nil, nil)
+			workload := createWorkload(ctx, t, n)
+			pv, volumeID, uid := "pv-replaced", "vol-replaced", workload.UID
+			mpName := mppod.Name(string(uid), pv)
+			mp := n.createMountpointPod(mpName)
+			n.assign(pv, volumeID, string(uid), mpName)
+			target := n.target(uid, pv)
+			if _, err := n.client.NodePublishVolume(ctx, publishRequest(volumeID, target, srv.Bucket, uid)); err != nil {
+				t.Fatalf("publish: %v", err)
+			}
+			f, err := os.Open(filepath.Join(target, "dir", "big.txt"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			half := make([]byte, len(content)/2)
+			if _, err := io.ReadFull(f, half); err != nil {
+				t.Fatal(err)
+			}
 
-	first, dying := mp.proc, mp.exited
-	next, err := mp.standby(t, true)
-	if err != nil {
-		t.Fatal(err)
+			first, ending := mp.proc, mp.exited
+			next, err := mp.standby(t, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			signal := syscall.SIGKILL
+			if tc.handover {
+				signal = syscall.SIGTERM
+			}
+			_ = first.Process.Signal(signal)
+			exit := <-ending
+			ending <- exit // for the cleanup
+			if tc.handover {
+				if exit != nil {
+					t.Fatalf("the mounter that handed its mount over exited with %v, want status 0", exit)
+				}
+				n.replaceMountpointPod(ctx, mp, next)
+			} else {
+				next(mp.commDir)
+			}
+			rest, err := io.ReadAll(f)
+			if err != nil || string(half)+string(rest) != content {
+				t.Fatalf("reading on after the mounter was replaced: %d bytes, %v; want the rest of the object; node-agent logs:\n%s",
+					len(rest), err, n.logs.all())
+			}
+			entries, err := os.ReadDir(filepath.Join(target, "dir"))
+			if err != nil || len(entries) != 1 {
+				t.Fatalf("listing after the mounter was replaced: %v, %v", entries, err)
+			}
+			if state, _, err := mount.Check(n.kubelet.SourceDir(mpName)); err != nil || state != mount.Mounted {
+				t.Fatalf("source state %v, %v; want mounted", state, err)
+			}
+			select {
+			case mp := <-dead:
+				t.Fatalf("the source of %s was mounted again: the connection was not resumed", mp)
+			default:
+			}
+			if !strings.Contains(n.logs.all(), "A new mounter took the FUSE connection over") {
+				t.Fatalf("the node-agent did not log the handover; logs:\n%s", n.logs.all())
+			}
+			testenv.Eventually(t, 10*time.Second, "a "+tc.reason+" Event on the workload", func() bool {
+				got := eventsOf(ctx, t, workload, tc.reason)
+				return len(got) == 1 && strings.Contains(got[0].Message, mpName) && strings.Contains(got[0].Message, tc.message)
+			})
+		})
 	}
-	_ = first.Process.Kill()
-	exit := <-dying
-	dying <- exit // for the cleanup
-	next()
-	rest, err := io.ReadAll(f)
-	if err != nil || string(half)+string(rest) != content {
-		t.Fatalf("reading on after the mounter was replaced: %d bytes, %v; want the rest of the object; node-agent logs:\n%s",
-			len(rest), err, n.logs.all())
-	}
-	entries, err := os.ReadDir(filepath.Join(target, "dir"))
-	if err != nil || len(entries) != 1 {
-		t.Fatalf("listing after the mounter was replaced: %v, %v", entries, err)
-	}
-	if state, _, err := mount.Check(n.kubelet.SourceDir(mpName)); err != nil || state != mount.Mounted {
-		t.Fatalf("source state %v, %v; want mounted", state, err)
-	}
-	select {
-	case mp := <-dead:
-		t.Fatalf("the source of %s was mounted again: the connection was not resumed", mp)
-	default:
-	}
-	if !strings.Contains(n.logs.all(), "A new mounter took the FUSE connection over") {
-		t.Fatalf("the node-agent did not log the handover; logs:\n%s", n.logs.all())
-	}
-	testenv.Eventually(t, 10*time.Second, "a MountpointReplaced Warning on the workload", func() bool {
-		got := warningsOf(ctx, t, workload, health.ReasonReplaced)
-		return len(got) == 1 && strings.Contains(got[0].Message, mpName) && strings.Contains(got[0].Message, "ESTALE")
-	})
 }

@@ -19,6 +19,7 @@ import (
 
 	s3csiv2 "github.com/s3csi/s3csi/shared/api/v2"
 	"github.com/s3csi/s3csi/shared/events/eventspb"
+	"github.com/s3csi/s3csi/shared/handshake"
 	"github.com/s3csi/s3csi/shared/mount"
 	"github.com/s3csi/s3csi/shared/mppod"
 
@@ -34,8 +35,11 @@ const DefaultPeriod = 5 * time.Second
 const (
 	Reason              = "MountpointConnectionLost"
 	ReasonNotResponding = "MountpointNotResponding"
-	// ReasonReplaced: the mounter ended and the next one took the mount over (handshake.Kept).
+	// ReasonReplaced: the mounter died and the next one took the mount over (handshake.Kept).
 	ReasonReplaced = "MountpointReplaced"
+	// ReasonHandedOver (a Normal Event): the mounter of a Mountpoint Pod that was going handed
+	// the mount over, and the mounter of the pod that replaced it took it over.
+	ReasonHandedOver = "MountpointHandedOver"
 )
 
 // Monitor is a runnable that checks every source mount each period.
@@ -173,10 +177,15 @@ func (m *Monitor) Report(ctx context.Context, mp, exceptPodUID string) {
 }
 
 // Replaced reports on each workload of Mountpoint Pod mp that its mounter ended, and how, and that
-// the next one took the mount over pause later: the workload saw a pause, and lost a file it was
-// writing then. Each replacement is reported; a failed report is logged.
-func (m *Monitor) Replaced(ctx context.Context, mp string, pause time.Duration) {
-	if err := m.publish(ctx, mp, "", ReasonReplaced, pause); err != nil {
+// the next one took the mount over r.Pause later: the workload saw a pause, and, when the mounter
+// died rather than handed the mount over, lost a file it was writing then. Each replacement is
+// reported; a failed report is logged.
+func (m *Monitor) Replaced(ctx context.Context, mp string, r handshake.Resumption) {
+	reason := ReasonReplaced
+	if r.HandedOver {
+		reason = ReasonHandedOver
+	}
+	if err := m.publish(ctx, mp, "", reason, r.Pause); err != nil {
 		logr.FromContextOrDiscard(ctx).Error(err, "Reporting a replaced mounter failed", "mountpointPod", mp)
 	}
 }
@@ -223,6 +232,11 @@ func (m *Monitor) publish(ctx context.Context, mp, exceptPodUID, reason string, 
 			"%s later: reads and listings went on after the pause, and a file being written through the mount then "+
 			"fails with ESTALE (stale file handle) and must be written again", m.namespace, mp, m.awaitExitCause(ctx, mp), pause.Round(time.Millisecond))
 		logr.FromContextOrDiscard(ctx).Info("A Mountpoint Pod's mounter was replaced under its workloads", "mountpointPod", mp, "workloads", len(uids))
+	case ReasonHandedOver:
+		msg = fmt.Sprintf("Mountpoint Pod %s/%s was stopped (its pod was deleted, evicted or upgraded) and handed its mount "+
+			"over; the Mountpoint Pod that replaces it took the mount over %s later: reads, writes and listings went on "+
+			"after the pause, without an error", m.namespace, mp, pause.Round(time.Millisecond))
+		logr.FromContextOrDiscard(ctx).Info("A Mountpoint Pod handed its mount over to the pod that replaces it", "mountpointPod", mp, "workloads", len(uids))
 	default:
 		msg = csi.DeadMessage(m.namespace, mp, m.awaitExitCause(ctx, mp))
 		logr.FromContextOrDiscard(ctx).Info("A Mountpoint Pod's filesystem is dead", "mountpointPod", mp, "workloads", len(uids))
@@ -238,11 +252,15 @@ func (m *Monitor) publish(ctx context.Context, mp, exceptPodUID, reason string, 
 			continue
 		}
 		affected = append(affected, string(p.UID))
-		if err := m.api.Create(ctx, warning(p, m.node, reason, msg)); err != nil {
+		kind := corev1.EventTypeWarning
+		if reason == ReasonHandedOver {
+			kind = corev1.EventTypeNormal
+		}
+		if err := m.api.Create(ctx, event(p, m.node, kind, reason, msg)); err != nil {
 			return fmt.Errorf("create event for pod %s/%s: %w", p.Namespace, p.Name, err)
 		}
 	}
-	if m.sink != nil && reason != ReasonReplaced {
+	if m.sink != nil && reason != ReasonReplaced && reason != ReasonHandedOver {
 		m.sink.Notify("", &eventspb.MountFailed{Node: m.node, VolumeId: orUnknown(volumeID), PvName: pvName,
 			MountpointPodName: mp, WorkloadPodUids: affected, Reason: reason, Message: msg})
 	}
@@ -306,13 +324,13 @@ func (m *Monitor) exitCause(ctx context.Context, mp string) string {
 	return ""
 }
 
-func warning(p *corev1.Pod, node, reason, msg string) *corev1.Event {
+func event(p *corev1.Pod, node, kind, reason, msg string) *corev1.Event {
 	now := metav1.Now()
 	return &corev1.Event{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: p.Name + ".", Namespace: p.Namespace},
 		InvolvedObject: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: p.Namespace,
 			Name: p.Name, UID: p.UID},
-		Type: corev1.EventTypeWarning, Reason: reason, Message: msg,
+		Type: kind, Reason: reason, Message: msg,
 		Source:         corev1.EventSource{Component: "s3csi-node-agent", Host: node},
 		FirstTimestamp: now, LastTimestamp: now, Count: 1,
 	}

@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -179,6 +180,24 @@ func (w *Watcher) List(ctx context.Context) ([]corev1.Pod, error) {
 // Invariant: a pod Running on the API server is seen within fallback plus one read, whatever
 // the watch's state; nothing is read directly while no publish waits.
 func (w *Watcher) WaitRunning(ctx context.Context, name string) (*corev1.Pod, error) {
+	return w.wait(ctx, name, w.running)
+}
+
+// WaitServing returns the named pod once it is Running, not terminating and not the pod of UID
+// except: the pod that serves the name's mount next. A pod that is terminating or finished is
+// waited past (the pod-reconciler replaces it under the same name while workloads use it), and so
+// is a container kubelet cannot start yet (someone may fix its image while the mount waits).
+func (w *Watcher) WaitServing(ctx context.Context, name string, except types.UID) (*corev1.Pod, error) {
+	return w.wait(ctx, name, func(pod *corev1.Pod) (*corev1.Pod, error) {
+		if pod == nil || pod.UID == except || pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning {
+			return nil, nil
+		}
+		return pod, nil
+	})
+}
+
+// wait returns the named pod once ready returns it, or ready's error (see WaitRunning).
+func (w *Watcher) wait(ctx context.Context, name string, ready func(*corev1.Pod) (*corev1.Pod, error)) (*corev1.Pod, error) {
 	ch := make(chan struct{}, 1)
 	w.mu.Lock()
 	if w.waiters[name] == nil {
@@ -205,7 +224,7 @@ func (w *Watcher) WaitRunning(ctx context.Context, name string) (*corev1.Pod, er
 		if err != nil {
 			return nil, err
 		}
-		if running, err := w.running(pod); running != nil || err != nil {
+		if running, err := ready(pod); running != nil || err != nil {
 			return running, err
 		}
 		select {

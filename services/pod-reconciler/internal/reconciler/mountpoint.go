@@ -154,7 +154,8 @@ func (s *state) replaceLocked(ctx context.Context, name string, old *corev1.Pod,
 	s.m.MountpointPodsReplacedTotal.Inc()
 	for _, w := range workloads {
 		s.recorder.Eventf(w, corev1.EventTypeWarning, "MountpointPodReplaced",
-			"Mountpoint Pod %s/%s serving volume %s ended (%s) and was replaced; if the volume reports "+
+			"Mountpoint Pod %s/%s serving volume %s ended (%s) and was replaced; the node-agent moves the mount to "+
+				"the new pod (Event MountpointHandedOver or MountpointReplaced); if the volume reports "+
 				"\"transport endpoint is not connected\", restart this pod", fresh.Namespace, name,
 			a.Spec.PersistentVolumeName, cause)
 	}
