@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	mathrand "math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -27,8 +28,8 @@ import (
 )
 
 // TestAMounterIsReplacedUnderItsReaders plays the node-agent and kubelet around a Mountpoint Pod
-// whose mounter ends while a reader streams a large file and a lister walks a directory through
-// the mount, in the two ways a mounter ends under its workloads:
+// whose mounter ends while a reader streams a 2 GiB file and a lister walks a 1000-entry directory
+// through the mount, in the two ways a mounter ends under its workloads:
 //
 //   - killed: SIGKILL (an OOM kill, a crash); the node-agent's Kept connection goes to the
 //     mounter kubelet starts next in the same pod (same comm dir);
@@ -44,13 +45,9 @@ func TestAMounterIsReplacedUnderItsReaders(t *testing.T) {
 		t.Fatal("this test mounts /dev/fuse: run it as root")
 	}
 	s := testenv.StartS3(t)
-	const size, listed = 96 << 20, 300
-	content := make([]byte, size)
-	_, _ = rand.Read(content)
+	const size, listed = 2 << 30, 1000
 	client := s.RootClient()
-	if _, err := client.PutObject(t.Context(), &s3.PutObjectInput{Bucket: aws.String(s.Bucket), Key: aws.String("big.bin"), Body: bytes.NewReader(content)}); err != nil {
-		t.Fatal(err)
-	}
+	want := putLargeObject(t, s, "big.bin", size)
 	for i := range listed {
 		if _, err := client.PutObject(t.Context(), &s3.PutObjectInput{
 			Bucket: aws.String(s.Bucket), Key: aws.String(fmt.Sprintf("dir/%04d", i)), Body: stringsReader("x"),
@@ -174,10 +171,9 @@ func TestAMounterIsReplacedUnderItsReaders(t *testing.T) {
 			start()
 			wg.Wait()
 
-			want := sha256.Sum256(content)
-			if reader.err != nil || !bytes.Equal(sum, want[:]) {
+			if reader.err != nil || !bytes.Equal(sum, want) {
 				t.Errorf("reader: error %v, checksum right %t, want no error and the right checksum; new mounter:\n%s",
-					reader.err, bytes.Equal(sum, want[:]), next.output.String())
+					reader.err, bytes.Equal(sum, want), next.output.String())
 			}
 			if lister.err != nil {
 				t.Errorf("lister: %v; new mounter:\n%s", lister.err, next.output.String())
@@ -209,6 +205,31 @@ func TestAMounterIsReplacedUnderItsReaders(t *testing.T) {
 	}
 }
 
+// putLargeObject stores size pseudo-random bytes as key in s's bucket, through a file (the SDK
+// signs a seekable body without holding it in memory), and returns their SHA-256.
+func putLargeObject(t *testing.T, s *testenv.S3, key string, size int64) []byte {
+	t.Helper()
+	f, err := os.Create(filepath.Join(t.TempDir(), key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	src := mathrand.NewChaCha8([32]byte{1})
+	if _, err := io.CopyN(io.MultiWriter(f, h), src, size); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.RootClient().PutObject(t.Context(), &s3.PutObjectInput{
+		Bucket: aws.String(s.Bucket), Key: aws.String(key), Body: f, ContentLength: aws.Int64(size),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return h.Sum(nil)
+}
+
 // watchedWorkload is a reader or a lister of the mount, with what it saw.
 type watchedWorkload struct {
 	mu      sync.Mutex
@@ -238,7 +259,7 @@ func (w *watchedWorkload) pause() time.Duration {
 	return w.longest.Round(time.Millisecond)
 }
 
-// read streams path in 1 MiB reads, 4 ms apart, and returns its SHA-256.
+// read streams path in 1 MiB reads, 1 ms apart, and returns its SHA-256.
 func (w *watchedWorkload) read(path string) []byte {
 	f, err := os.Open(path)
 	if err != nil {
@@ -260,7 +281,7 @@ func (w *watchedWorkload) read(path string) []byte {
 			w.err = err
 			return nil
 		}
-		time.Sleep(4 * time.Millisecond)
+		time.Sleep(time.Millisecond)
 	}
 }
 
