@@ -46,6 +46,11 @@ type Options struct {
 	Log logr.Logger
 	// UID and GID are the caller of the requests Resume replays: one the filesystem lets in.
 	UID, GID uint32
+	// Version, when set, returns the version of a node's content that a handle opened for
+	// reading just now reads (s3fs: the object's ETag), or nil. It is journaled with the handle,
+	// and a resumed server that opens the handle again and finds another version answers ESTALE
+	// on it: the object was replaced while no server served, and reading on would mix the two.
+	Version func(nodeID uint64) []byte
 }
 
 // Conn is a served FUSE connection.
@@ -86,6 +91,7 @@ func newConn(fd int, fsys fuse.RawFileSystem, mo *fuse.MountOptions, o Options) 
 	c.big.New = func() any { b := make([]byte, bufSize); return &b }
 	c.small.New = func() any { b := make([]byte, smallSize); return &b }
 	c.st.forward = func(req []byte) { c.call(req) }
+	c.st.version = o.Version
 	return c, nil
 }
 

@@ -372,7 +372,7 @@ func TestJournalReadsUpToATornRecordAndSurvivesCompaction(t *testing.T) {
 		if i%3 == 0 {
 			s.forgetOne(id, 1)
 		}
-		s.open(uint64(1+i%7), id, 0, false, false)
+		s.open(uint64(1+i%7), id, 0, false, false, []byte(fmt.Sprint("v", i)))
 	}
 	if s.j.start == headerSize {
 		t.Fatal("the journal never compacted")
@@ -427,7 +427,8 @@ func sameState(a, b *state) bool {
 	}
 	sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
 	for _, fh := range keys {
-		if g := b.files[fh]; g == nil || *g != *a.files[fh] {
+		g, f := b.files[fh], a.files[fh]
+		if g == nil || g.node != f.node || g.flags != f.flags || g.dir != f.dir || g.stale != f.stale || !bytes.Equal(g.version, f.version) {
 			return false
 		}
 	}

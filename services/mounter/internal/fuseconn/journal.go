@@ -33,7 +33,7 @@ const (
 	recInitReply  = 'i' // the INIT reply it received
 	recNode       = 'N' // id, gen, parent, lookups added, stale, name
 	recForget     = 'F' // id, lookups removed
-	recOpen       = 'O' // fh, node, flags, dir, stale
+	recOpen       = 'O' // fh, node, flags, dir, stale, then the version the handle reads, if known
 	recRelease    = 'R' // fh
 	recCheckpoint = 'C' // the state is written again from here
 )

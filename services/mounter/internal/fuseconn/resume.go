@@ -150,13 +150,13 @@ func (c *Conn) replayHandles(files map[uint64]*handle) error {
 		next = fh + 1
 		f := files[fh]
 		if c.openAgain(fh, f) {
-			c.st.files[fh] = &handle{node: f.node, flags: f.flags, dir: f.dir}
+			c.st.files[fh] = &handle{node: f.node, flags: f.flags, dir: f.dir, version: f.version}
 			continue
 		}
 		if err := c.placeholder(fh); err != nil {
 			return err
 		}
-		c.st.files[fh] = &handle{node: f.node, flags: f.flags, dir: f.dir, stale: true}
+		c.st.files[fh] = &handle{node: f.node, flags: f.flags, dir: f.dir, stale: true, version: f.version}
 	}
 	for _, fh := range gaps {
 		c.call(request(opReleasedir, syntheticUnique(), rootID, 0, 0, releaseIn(fh)))
@@ -185,6 +185,11 @@ func (c *Conn) openAgain(fh uint64, f *handle) bool {
 	}
 	if got := le.Uint64(reply[outHeaderSize:]); got != fh {
 		c.call(request(opRelease, syntheticUnique(), f.node, 0, 0, releaseIn(got)))
+		return false
+	}
+	if f.version != nil && c.opts.Version != nil && !bytes.Equal(c.opts.Version(f.node), f.version) {
+		// The object was replaced meanwhile: reading on would mix two versions.
+		c.call(request(opRelease, syntheticUnique(), f.node, 0, 0, releaseIn(fh)))
 		return false
 	}
 	return true

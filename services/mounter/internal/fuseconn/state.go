@@ -22,6 +22,9 @@ type handle struct {
 	flags uint32
 	dir   bool
 	stale bool // not restored after a resume: requests on it fail with ESTALE until released
+	// version is what the filesystem said the handle reads when it was opened (Options.Version),
+	// nil when it said nothing.
+	version []byte
 }
 
 // state is what the kernel holds of the connection, seen from its requests and our replies. It is
@@ -37,6 +40,8 @@ type state struct {
 	j       *journal // nil without a journal
 	// forward delivers a synthetic request to the filesystem, ignoring its reply.
 	forward func(req []byte)
+	// version is Options.Version, or nil.
+	version func(nodeID uint64) []byte
 }
 
 func newState() *state {
@@ -117,14 +122,19 @@ func (s *state) observe(h header, req, reply []byte) {
 			s.lookup(id, gen, parent, name, 1, 1, false)
 		}
 		if h.opcode == opCreate && len(body) >= entryOutSize+openOutSize && len(req) >= inHeaderSize+4 {
-			s.open(le.Uint64(body[entryOutSize:]), id, le.Uint32(req[inHeaderSize:]), false, false)
+			s.open(le.Uint64(body[entryOutSize:]), id, le.Uint32(req[inHeaderSize:]), false, false, nil)
 		}
 		return
 	}
 	switch h.opcode {
 	case opOpen, opOpendir:
 		if len(body) >= openOutSize && len(req) >= inHeaderSize+4 {
-			s.open(le.Uint64(body), h.nodeID, le.Uint32(req[inHeaderSize:]), h.opcode == opOpendir, false)
+			flags, dir := le.Uint32(req[inHeaderSize:]), h.opcode == opOpendir
+			var version []byte
+			if s.version != nil && !dir && flags&syscall.O_ACCMODE == syscall.O_RDONLY {
+				version = s.version(h.nodeID)
+			}
+			s.open(le.Uint64(body), h.nodeID, flags, dir, false, version)
 		}
 	}
 }
@@ -141,8 +151,8 @@ func (s *state) lookup(id, gen, parent uint64, name string, kernel, server uint6
 	s.record(nodeRec(id, n, kernel))
 }
 
-func (s *state) open(fh, nodeID uint64, flags uint32, dir, stale bool) {
-	f := &handle{node: nodeID, flags: flags, dir: dir, stale: stale}
+func (s *state) open(fh, nodeID uint64, flags uint32, dir, stale bool, version []byte) {
+	f := &handle{node: nodeID, flags: flags, dir: dir, stale: stale, version: version}
 	s.files[fh] = f
 	s.record(openRec(fh, f))
 }
@@ -243,7 +253,8 @@ func openRec(fh uint64, f *handle) []byte {
 	b := le.AppendUint64([]byte{recOpen}, fh)
 	b = le.AppendUint64(b, f.node)
 	b = le.AppendUint32(b, f.flags)
-	return append(b, boolByte(f.dir), boolByte(f.stale))
+	b = append(b, boolByte(f.dir), boolByte(f.stale))
+	return append(b, f.version...)
 }
 
 func releaseRec(fh uint64) []byte { return le.AppendUint64([]byte{recRelease}, fh) }
@@ -294,7 +305,11 @@ func (s *state) apply(rec []byte) error {
 		if len(p) < 22 {
 			return short
 		}
-		s.files[le.Uint64(p)] = &handle{node: le.Uint64(p[8:]), flags: le.Uint32(p[16:]), dir: p[20] == 1, stale: p[21] == 1}
+		f := &handle{node: le.Uint64(p[8:]), flags: le.Uint32(p[16:]), dir: p[20] == 1, stale: p[21] == 1}
+		if len(p) > 22 {
+			f.version = append([]byte(nil), p[22:]...)
+		}
+		s.files[le.Uint64(p)] = f
 	case recRelease:
 		if len(p) < 8 {
 			return short

@@ -152,6 +152,8 @@ func (n *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 	if acc != syscall.O_WRONLY {
 		h.reader = newReader(n.fsys, n.key, e)
 		h.cacheETag, h.cacheCounted = e.etag, true
+		h.ino = n.StableAttr().Ino // the node id the kernel uses (fs.Options.ExternalNodeID)
+		n.fsys.versions.opened(h.ino, e.etag)
 		n.mu.Lock()
 		if n.cache.opened(e.etag) {
 			openFlags = fuse.FOPEN_KEEP_CACHE

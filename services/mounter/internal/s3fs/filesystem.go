@@ -39,6 +39,7 @@ type filesystem struct {
 	stats     counters
 	meta      *metaCache
 	cache     *diskCache
+	versions  openVersions
 	pool      sync.Pool // *[]byte of readPart bytes
 	writePool sync.Pool // *[]byte of writePart bytes
 

@@ -21,6 +21,8 @@ type handle struct {
 	// cacheCounted.
 	cacheETag    string
 	cacheCounted bool
+	// ino is the node id the handle's version is counted under (openVersions), with cacheCounted.
+	ino uint64
 }
 
 var (
@@ -123,6 +125,7 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 	}
 	if h.cacheCounted {
 		h.node.cache.closed(h.cacheETag)
+		h.node.fsys.versions.closed(h.ino)
 		h.cacheCounted = false
 	}
 	h.node.mu.Unlock()

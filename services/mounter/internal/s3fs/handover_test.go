@@ -23,11 +23,14 @@ import (
 // first server stops with a file open for reading, a directory half listed and a file being
 // written, and a second server resumes the connection from the first one's state file. The
 // reader reads on, the listing continues where it was, the writer's file fails with ESTALE (its
-// upload stayed with the first server) and never appears, and new operations work.
+// upload stayed with the first server) and never appears, a file replaced in the bucket while no
+// server served answers ESTALE on the handle opened before (reading on would mix two versions),
+// and new operations work.
 func TestAStoppedMountIsResumedUnderItsOpenFiles(t *testing.T) {
 	s := testenv.StartS3(t)
 	content := pattern(8<<20, 3)
 	putObject(t, s, "big.bin", content)
+	putObject(t, s, "replaced.bin", pattern(32<<20, 5))
 	const listed = 120
 	for i := range listed {
 		putObject(t, s, fmt.Sprintf("dir/%03d", i), []byte("x"))
@@ -86,10 +89,20 @@ func TestAStoppedMountIsResumedUnderItsOpenFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	replaced, err := os.Open(filepath.Join(dir, "replaced.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer replaced.Close()
+	if _, err := replaced.ReadAt(make([]byte, 4096), 0); err != nil {
+		t.Fatal(err)
+	}
+
 	first.Stop()
 	if err := first.Wait(); !errors.Is(err, ErrStopped) {
 		t.Fatalf("Wait after Stop = %v, want ErrStopped", err)
 	}
+	putObject(t, s, "replaced.bin", pattern(32<<20, 7)) // while no server serves
 	cfg.Resume = true
 	second, err := MountFD(ctx, held, cfg)
 	if err != nil {
@@ -109,6 +122,13 @@ func TestAStoppedMountIsResumedUnderItsOpenFiles(t *testing.T) {
 	more, err := lister.Readdirnames(-1)
 	if err != nil || len(names)+len(more) != listed {
 		t.Fatalf("the listing went on with %d entries after %d (%v), want %d in all", len(more), len(names), err, listed)
+	}
+	// Far from what the kernel read ahead: the read reaches the server.
+	if _, err := replaced.ReadAt(make([]byte, 4096), 30<<20); !errors.Is(err, syscall.ESTALE) {
+		t.Fatalf("read of a handle whose object was replaced while no server served = %v, want ESTALE", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "replaced.bin")); err != nil || !bytes.Equal(b, pattern(32<<20, 7)) {
+		t.Fatalf("a new open of the replaced object: %d bytes, %v; want its new content", len(b), err)
 	}
 	if _, err := writer.Write([]byte("more")); !errors.Is(err, syscall.ESTALE) {
 		t.Fatalf("write of the file the first server was uploading = %v, want ESTALE", err)

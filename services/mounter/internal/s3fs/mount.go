@@ -210,7 +210,8 @@ func prepareFS(ctx context.Context, cfg *Config) (*filesystem, fuse.RawFileSyste
 // Mounted is a resume whose kernel cannot resend (ErrResendUnsupported).
 func serve(raw fuse.RawFileSystem, fsys *filesystem, dev *os.File, cfg *Config) (*Mounted, error) {
 	mo := fsys.mountOptions()
-	o := fuseconn.Options{Journal: cfg.State, Log: cfg.Log, UID: uint32(os.Geteuid()), GID: uint32(os.Getegid())} //nolint:gosec // ids fit 32 bits
+	o := fuseconn.Options{Journal: cfg.State, Log: cfg.Log, UID: uint32(os.Geteuid()), GID: uint32(os.Getegid()), //nolint:gosec // ids fit 32 bits
+		Version: fsys.versions.of}
 	start := fuseconn.Serve
 	if cfg.Resume {
 		start = fuseconn.Resume
