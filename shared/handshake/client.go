@@ -58,16 +58,13 @@ func exchange(ctx context.Context, sockPath string, mounterUID int, files []*os.
 	if err != nil {
 		return nil, err
 	}
-	conn, err := dial(ctx, sockPath)
+	conn, err := connect(ctx, sockPath, mounterUID)
 	if err != nil {
 		return nil, err
 	}
 	fail := func(err error) (*net.UnixConn, error) {
 		_ = conn.Close()
 		return nil, err
-	}
-	if err := checkPeer(conn, mounterUID); err != nil {
-		return fail(fmt.Errorf("connect to mounter socket %s: %w", sockPath, err))
 	}
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })
 	defer stop()
@@ -95,6 +92,20 @@ func exchange(ctx context.Context, sockPath string, mounterUID int, files []*os.
 		return fail(fmt.Errorf("wait for the mounter's answer on %s: %w", sockPath, ctx.Err()))
 	}
 	_ = conn.SetDeadline(time.Time{})
+	return conn, nil
+}
+
+// connect connects to the mounter's socket (dial) and checks that its listener runs as
+// mounterUID.
+func connect(ctx context.Context, sockPath string, mounterUID int) (*net.UnixConn, error) {
+	conn, err := dial(ctx, sockPath)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkPeer(conn, mounterUID); err != nil {
+		_ = conn.Close()
+		return nil, fmt.Errorf("connect to mounter socket %s: %w", sockPath, err)
+	}
 	return conn, nil
 }
 

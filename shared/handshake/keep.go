@@ -118,16 +118,13 @@ func Keep(ctx context.Context, sockPath string, mounterUID int, fuse *os.File, r
 // ending, or handing the mount over, does not end its workloads' mount. The mounter answers only
 // the uid that sent its mount request. The request it returns is checked like any request.
 func Reattach(ctx context.Context, sockPath string, mounterUID int, o KeepOptions) (*Kept, error) {
-	conn, err := dial(ctx, sockPath)
+	conn, err := connect(ctx, sockPath, mounterUID)
 	if err != nil {
 		return nil, err
 	}
 	fail := func(err error) (*Kept, error) {
 		_ = conn.Close()
 		return nil, err
-	}
-	if err := checkPeer(conn, mounterUID); err != nil {
-		return fail(fmt.Errorf("connect to mounter socket %s: %w", sockPath, err))
 	}
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })
 	defer stop()

@@ -205,16 +205,40 @@ func (p *podMounter) bucketRequest(t testing.TB, s *testenv.S3, args ...string) 
 // descriptor over the pod's socket. The mount is removed when the test ends.
 func (p *podMounter) mount(ctx context.Context, t *testing.T, source string, req *handshake.Request) error {
 	t.Helper()
+	dev := mountFUSE(t, source, false)
+	defer func() { _ = dev.Close() }()
+	return handshake.Send(ctx, filepath.Join(p.commDir, mppod.MountSockName), dev, req)
+}
+
+// keep plays the node-agent as a source is mounted: it mounts /dev/fuse on a new dir and keeps
+// the connection (handshake.Keep) through the pod's mounter, with req and o. It returns the dir,
+// and the Kept connection, closed when the test ends.
+func (p *podMounter) keep(ctx context.Context, t testing.TB, readOnly bool, req *handshake.Request, o handshake.KeepOptions) (string, *handshake.Kept) {
+	t.Helper()
+	source := filepath.Join(t.TempDir(), "source")
+	dev := mountFUSE(t, source, readOnly)
+	kept, err := handshake.Keep(ctx, filepath.Join(p.commDir, mppod.MountSockName), os.Getuid(), dev, req, o)
+	_ = dev.Close()
+	if err != nil {
+		t.Fatalf("mount request: %v; mounter output:\n%s", err, p.output.String())
+	}
+	t.Cleanup(kept.Close)
+	return source, kept
+}
+
+// mountFUSE creates the dir source and mounts /dev/fuse on it, as the node-agent mounts a source;
+// the mount is removed when the test ends.
+func mountFUSE(t testing.TB, source string, readOnly bool) *os.File {
+	t.Helper()
 	if err := os.Mkdir(source, 0o750); err != nil {
 		t.Fatal(err)
 	}
-	dev, err := mount.FUSE(source, false)
+	dev, err := mount.FUSE(source, readOnly)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = syscall.Unmount(source, syscall.MNT_DETACH) })
-	defer func() { _ = dev.Close() }()
-	return handshake.Send(ctx, filepath.Join(p.commDir, mppod.MountSockName), dev, req)
+	return dev
 }
 
 // exitCode waits up to 15 s for the mounter to exit and returns its exit status.

@@ -17,7 +17,6 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/s3csi/s3csi/shared/handshake"
-	"github.com/s3csi/s3csi/shared/mount"
 	"github.com/s3csi/s3csi/shared/mppod"
 	"github.com/s3csi/s3csi/shared/testenv"
 )
@@ -72,27 +71,13 @@ func BenchmarkMounterReplacement(b *testing.B) {
 func replaceRepeatedly(b *testing.B, s *testenv.S3, bin string, signal syscall.Signal, handover bool) (pauses, takeovers []time.Duration) {
 	b.Helper()
 	pod := startPodMounter(b, bin, "")
-	source := filepath.Join(b.TempDir(), "source")
-	if err := os.Mkdir(source, 0o750); err != nil {
-		b.Fatal(err)
-	}
-	dev, err := mount.FUSE(source, true)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer func() { _ = syscall.Unmount(source, syscall.MNT_DETACH) }()
 	var nextSock atomic.Pointer[string]
 	resumed := make(chan handshake.Resumption, 1)
 	opts := handshake.KeepOptions{Log: logr.Discard(), Resumed: func(r handshake.Resumption) { resumed <- r }}
 	if handover {
 		opts.Next = func(context.Context, bool) (string, error) { return *nextSock.Load(), nil }
 	}
-	kept, err := handshake.Keep(b.Context(), filepath.Join(pod.commDir, mppod.MountSockName), os.Getuid(), dev,
-		pod.bucketRequest(b, s, "--force-path-style", "--read-only"), opts)
-	_ = dev.Close()
-	if err != nil {
-		b.Fatalf("mount request: %v; mounter output:\n%s", err, pod.output.String())
-	}
+	source, kept := pod.keep(b.Context(), b, true, pod.bucketRequest(b, s, "--force-path-style", "--read-only"), opts)
 	defer kept.Close()
 
 	reader := &longestOp{}

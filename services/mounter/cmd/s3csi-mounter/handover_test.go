@@ -22,7 +22,6 @@ import (
 	"github.com/go-logr/logr/testr"
 
 	"github.com/s3csi/s3csi/shared/handshake"
-	"github.com/s3csi/s3csi/shared/mount"
 	"github.com/s3csi/s3csi/shared/mppod"
 	"github.com/s3csi/s3csi/shared/testenv"
 )
@@ -74,15 +73,6 @@ func TestAMounterIsReplacedUnderItsReaders(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 			defer cancel()
 			pod := startPodMounter(t, bin, "")
-			source := filepath.Join(t.TempDir(), "source")
-			if err := os.Mkdir(source, 0o750); err != nil {
-				t.Fatal(err)
-			}
-			dev, err := mount.FUSE(source, false)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = syscall.Unmount(source, syscall.MNT_DETACH) })
 			nextDir := pod.commDir
 			resumed := make(chan handshake.Resumption, 1)
 			opts := handshake.KeepOptions{Log: testr.New(t), Resumed: func(r handshake.Resumption) { resumed <- r }}
@@ -93,15 +83,11 @@ func TestAMounterIsReplacedUnderItsReaders(t *testing.T) {
 				}
 				opts.Next = func(context.Context, bool) (string, error) { return filepath.Join(nextDir, mppod.MountSockName), nil }
 			}
-			sock := filepath.Join(pod.commDir, mppod.MountSockName)
-			kept, err := handshake.Keep(ctx, sock, os.Getuid(), dev, pod.bucketRequest(t, s, "--force-path-style"), opts)
-			_ = dev.Close()
-			if err != nil {
-				t.Fatalf("mount request: %v; mounter output:\n%s", err, pod.output.String())
-			}
-			t.Cleanup(kept.Close)
+			source, kept := pod.keep(ctx, t, false, pod.bucketRequest(t, s, "--force-path-style"), opts)
+			var err error
 			if tc.reattached {
 				kept.Close() // the node-agent restarts: its copies go
+				sock := filepath.Join(pod.commDir, mppod.MountSockName)
 				if kept, err = handshake.Reattach(ctx, sock, os.Getuid(), opts); err != nil {
 					t.Fatalf("reattach: %v; mounter output:\n%s", err, pod.output.String())
 				}
@@ -340,22 +326,7 @@ func TestAMounterWhoseKeeperIsGoneHandsOverOnceANodeAgentReattaches(t *testing.T
 	}
 	bin := buildWorldExecutable(t)
 	pod := startPodMounter(t, bin, "")
-	source := filepath.Join(t.TempDir(), "source")
-	if err := os.Mkdir(source, 0o750); err != nil {
-		t.Fatal(err)
-	}
-	dev, err := mount.FUSE(source, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = syscall.Unmount(source, syscall.MNT_DETACH) })
-	sock := filepath.Join(pod.commDir, mppod.MountSockName)
-	kept, err := handshake.Keep(t.Context(), sock, os.Getuid(), dev, pod.bucketRequest(t, s, "--force-path-style"),
-		handshake.KeepOptions{Log: testr.New(t)})
-	_ = dev.Close()
-	if err != nil {
-		t.Fatalf("mount request: %v; mounter output:\n%s", err, pod.output.String())
-	}
+	source, kept := pod.keep(t.Context(), t, false, pod.bucketRequest(t, s, "--force-path-style"), handshake.KeepOptions{Log: testr.New(t)})
 	kept.Close() // the node-agent restarts: its copies and its end of the handshake go
 	if err := pod.proc.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -379,7 +350,8 @@ func TestAMounterWhoseKeeperIsGoneHandsOverOnceANodeAgentReattaches(t *testing.T
 	}
 	next, start := standbyPodMounter(t, bin, "", nextDir)
 	next.bucketRequest(t, s, "--force-path-style")
-	kept, err = handshake.Reattach(t.Context(), sock, os.Getuid(), handshake.KeepOptions{Log: testr.New(t),
+	sock := filepath.Join(pod.commDir, mppod.MountSockName)
+	kept, err := handshake.Reattach(t.Context(), sock, os.Getuid(), handshake.KeepOptions{Log: testr.New(t),
 		Next: func(context.Context, bool) (string, error) { return filepath.Join(nextDir, mppod.MountSockName), nil }})
 	if err != nil {
 		t.Fatalf("reattach: %v; mounter output:\n%s", err, pod.output.String())
