@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -84,6 +85,10 @@ const reattachWait = 5 * time.Second
 // serves it until it is unmounted. It returns how many sources were reattached.
 func (s *Server) Reattach(ctx context.Context) (int, error) {
 	log := logr.FromContextOrDiscard(ctx).WithName("reattach")
+	names, err := mppod.SourceNames(s.cfg.KubeletDir)
+	if err != nil {
+		return 0, err
+	}
 	table, err := mount.ReadTable()
 	if err != nil {
 		return 0, err
@@ -91,34 +96,31 @@ func (s *Server) Reattach(ctx context.Context) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, reattachWait)
 	defer cancel()
 	var wg sync.WaitGroup
-	var mu sync.Mutex
-	n := 0
-	for _, e := range table {
-		if filepath.Dir(e.MountPoint) != mppod.SourcesDir(s.cfg.KubeletDir) || !mount.IsFUSE(e) || e.Source != mount.FUSESource {
+	var n atomic.Int32
+	for _, mp := range names {
+		source, err := mppod.SourceDir(s.cfg.KubeletDir, mp)
+		if err != nil {
 			continue
 		}
-		mp := filepath.Base(e.MountPoint)
+		if e, ok := table.Lookup(source); !ok || !mount.IsFUSE(e) || e.Source != mount.FUSESource {
+			continue
+		}
 		wg.Go(func() {
-			log := log.WithValues("mountpointPod", mp, "source", e.MountPoint)
+			log := log.WithValues("mountpointPod", mp, "source", source)
 			if err := s.reattach(logr.NewContext(ctx, log), mp); err != nil {
 				log.Info("The FUSE connection of this source is held by its mounter alone: a mounter that ends now "+
 					"ends its workloads' mount", "reason", err.Error())
 				return
 			}
 			log.Info("Keeping the FUSE connection of a source mounted before this node-agent started")
-			mu.Lock()
-			n++
-			mu.Unlock()
+			n.Add(1)
 		})
 	}
 	wg.Wait()
-	return n, nil
+	return int(n.Load()), nil
 }
 
 func (s *Server) reattach(ctx context.Context, mp string) error {
-	if _, err := mppod.SourceDir(s.cfg.KubeletDir, mp); err != nil {
-		return err
-	}
 	unlock, err := s.mpLocks.LockContext(ctx, mp)
 	if err != nil {
 		return err
