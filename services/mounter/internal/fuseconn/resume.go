@@ -165,7 +165,9 @@ func (c *Conn) replayHandles(files map[uint64]*handle) error {
 }
 
 // openAgain opens the node of a handle as it was opened, if it can be restored: read handles and
-// directories can, a file being written cannot (its upload lived in the dead server).
+// directories can, a file being written cannot (its upload lived in the dead server). Like every
+// request the resume makes up, it carries no caller pid: the filesystem can tell it from the
+// kernel's, whose answer the kernel acts on.
 func (c *Conn) openAgain(fh uint64, f *handle) bool {
 	if n := c.st.nodes[f.node]; f.node != rootID && (n == nil || n.stale) {
 		return false

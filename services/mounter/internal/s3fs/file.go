@@ -155,7 +155,7 @@ func (n *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 		h.ino = n.StableAttr().Ino // the node id the kernel uses (fs.Options.ExternalNodeID)
 		n.fsys.versions.opened(h.ino, e.etag)
 		n.mu.Lock()
-		if n.cache.opened(e.etag) {
+		if n.cache.opened(e.etag, replayed(ctx)) {
 			openFlags = fuse.FOPEN_KEEP_CACHE
 		}
 		n.mu.Unlock()
@@ -167,6 +167,13 @@ func (n *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 		n.mu.Unlock()
 	}
 	return h, openFlags, 0
+}
+
+// replayed reports whether a request comes from fuseconn's resume rather than the kernel: the
+// requests it replays carry no caller pid, and every OPEN from the kernel has one.
+func replayed(ctx context.Context) bool {
+	c, ok := ctx.(*fuse.Context)
+	return ok && c.Pid == 0
 }
 
 // startWrite makes the node a new file being written by a fresh handle.

@@ -20,7 +20,17 @@ type pageCache struct {
 }
 
 // opened records a read handle of etag and reports whether the kernel may keep its pages.
-func (c *pageCache) opened(etag string) bool {
+// replayed is an open a resumed server makes for a handle the kernel already holds: the kernel
+// never sees its answer, so it drops nothing, and the pages it holds are of unknown versions.
+func (c *pageCache) opened(etag string, replayed bool) bool {
+	if replayed {
+		if c.open == nil {
+			c.open = map[string]int{}
+		}
+		c.open[etag]++
+		c.etag = ""
+		return false
+	}
 	others := 0
 	for e, n := range c.open {
 		if e != etag {

@@ -20,11 +20,13 @@ import (
 
 func TestPageCacheDecisions(t *testing.T) {
 	type step struct {
-		close bool   // a handle of etag is released; otherwise one is opened
-		etag  string // the version the handle reads
-		keep  bool   // for an open: whether the kernel may keep the file's pages
+		close    bool   // a handle of etag is released; otherwise one is opened
+		etag     string // the version the handle reads
+		keep     bool   // for an open: whether the kernel may keep the file's pages
+		replayed bool   // an open a resumed server makes, which the kernel never sees
 	}
 	open := func(etag string, keep bool) step { return step{etag: etag, keep: keep} }
+	replay := func(etag string) step { return step{etag: etag, replayed: true} }
 	release := func(etag string) step { return step{close: true, etag: etag} }
 	for _, tc := range []struct {
 		name  string
@@ -42,6 +44,12 @@ func TestPageCacheDecisions(t *testing.T) {
 		{"pages stay unknown while a handle of the old version is open", []step{
 			open("a", false), open("b", false), open("b", false), release("a"), open("b", false), open("b", true),
 		}},
+		{"an open replayed by a resume drops nothing, so the next open does", []step{
+			replay("b"), release("b"), open("b", false), open("b", true),
+		}},
+		{"a replayed handle of the kept version leaves the pages unknown", []step{
+			replay("a"), open("a", false), release("a"), open("a", true),
+		}},
 		{"an object without ETag never keeps pages", []step{
 			open("", false), release(""), open("", false),
 		}},
@@ -53,7 +61,7 @@ func TestPageCacheDecisions(t *testing.T) {
 					c.closed(s.etag)
 					continue
 				}
-				if got := c.opened(s.etag); got != s.keep {
+				if got := c.opened(s.etag, s.replayed); got != s.keep {
 					t.Fatalf("step %d: open of %q kept pages %v, want %v", i, s.etag, got, s.keep)
 				}
 			}
