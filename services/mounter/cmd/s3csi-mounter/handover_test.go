@@ -351,7 +351,9 @@ func TestAMounterWhoseKeeperIsGoneHandsOverOnceANodeAgentReattaches(t *testing.T
 	next, start := standbyPodMounter(t, bin, "", nextDir)
 	next.bucketRequest(t, s, "--force-path-style")
 	sock := filepath.Join(pod.commDir, mppod.MountSockName)
-	kept, err := handshake.Reattach(t.Context(), sock, os.Getuid(), handshake.KeepOptions{Log: testr.New(t),
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	kept, err := handshake.Reattach(ctx, sock, os.Getuid(), handshake.KeepOptions{Log: testr.New(t),
 		Next: func(context.Context, bool) (string, error) { return filepath.Join(nextDir, mppod.MountSockName), nil }})
 	if err != nil {
 		t.Fatalf("reattach: %v; mounter output:\n%s", err, pod.output.String())

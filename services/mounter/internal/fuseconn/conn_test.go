@@ -64,8 +64,14 @@ func mountConnection(t *testing.T) *connection {
 		t.Fatalf("%s is not in the mount table", dir)
 	}
 	t.Cleanup(func() {
-		// Abort the connection first: a reader of a failed test must not wait forever.
-		abortConnection(t, e.Minor)
+		// Abort the connection first: a reader of a failed test must not wait forever. Only
+		// while this mount still holds the connection's number: once it is gone, the number
+		// may name the mount of a test running beside this one.
+		if now, err := mount.ReadTable(); err == nil {
+			if still, ok := now.Lookup(dir); ok && still.Minor == e.Minor {
+				abortConnection(t, e.Minor)
+			}
+		}
 		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
 			t.Errorf("unmount %s: %v", dir, err)
 		}

@@ -87,7 +87,11 @@ func Serve(ctx context.Context, ln *net.UnixListener, engine Engine, stopRequest
 			_ = conn.Close()
 			return err
 		}
+		// The listener must outlive a stop request that follows the answer at once (the
+		// node-agent may restart, and a reattach needs it), so the set-up's closer is removed
+		// before the peer hears that the filesystem serves.
 		stop()
+		answer(conn, "")
 		k := &keeper{conn: conn}
 		if sv == nil {
 			_ = ln.Close()
@@ -298,8 +302,9 @@ type invalidRequestError struct{ err error }
 func (e *invalidRequestError) Error() string { return e.err.Error() }
 func (e *invalidRequestError) Unwrap() error { return e.err }
 
-// handle reads one request and its files, runs the engine and answers. When the mount can be
-// handed over it returns what a reattaching node-agent gets (served), else nil.
+// handle reads one request and its files and runs the engine; it answers a failure, and leaves
+// the answer to a success to the caller. When the mount can be handed over it returns what a
+// reattaching node-agent gets (served), else nil.
 func handle(ctx context.Context, conn *net.UnixConn, engine Engine) (Mounted, *served, error) {
 	_ = conn.SetDeadline(time.Now().Add(requestTimeout))
 	req, fds, err := receive(conn)
@@ -330,7 +335,6 @@ func handle(ctx context.Context, conn *net.UnixConn, engine Engine) (Mounted, *s
 		answer(conn, err.Error())
 		return nil, nil, fmt.Errorf("mount bucket %s: %w", req.Bucket, err)
 	}
-	answer(conn, "")
 	if _, ok := mounted.(HandingOver); !ok && sv != nil {
 		sv.close() // an engine whose mount ends with its server keeps no other copy alive
 		sv = nil
