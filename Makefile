@@ -8,7 +8,6 @@ LDFLAGS  := -X github.com/s3csi/s3csi/shared/version.Version=$(VERSION)
 
 MODULES  := shared cli services/csi-controller services/pod-reconciler services/node-agent services/mounter services/janitor \
             integration hack/imagebuild hack/tools/coredns
-SERVICES := csi-controller pod-reconciler node-agent mounter janitor
 BIN      := $(CURDIR)/bin
 CLUSTER  := $(BIN)/s3csi-cluster
 GO       ?= go
@@ -49,11 +48,13 @@ help: ## Show this help.
 ##@ Develop
 
 .PHONY: build
-build: ## Compile every module (GOWORK=off), the service binaries and kubectl-s3csi into bin/, stamped with VERSION.
-	@for m in $(MODULES); do echo "== build $$m"; (cd $$m && $(GO_RELEASE) $(GO) build ./...); done
-	@for s in $(SERVICES); do \
-	  (cd services/$$s && $(GO_RELEASE) $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...); done
-	@cd cli && $(GO_RELEASE) $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/kubectl-s3csi
+# Every command goes to bin/: without -o, `go build ./...` in a module that is one main package
+# (hack/tools/coredns) writes the executable into the module's directory, in the work tree. A
+# module without a command is built without -o (go refuses `-o DIR/` with no main package).
+build: ## Compile every module (GOWORK=off) and put every command (services, kubectl-s3csi, tools) into bin/, stamped with VERSION.
+	@for m in $(MODULES); do echo "== build $$m"; (cd $$m && \
+	  if [ -n "$$($(GO_RELEASE) $(GO) list -f '{{if eq .Name "main"}}main{{end}}' ./...)" ]; then out=-o=$(BIN)/; else out=; fi && \
+	  $(GO_RELEASE) $(GO) build -ldflags "$(LDFLAGS)" $$out ./...); done
 
 .PHONY: test
 # What the container and e2e suites need (host packages, Kubernetes binaries, images: about 20
@@ -118,7 +119,7 @@ demo: cluster-up ## Start the cluster, install the chart and show a bucket mount
 	hack/demo.sh
 
 .PHONY: e2e
-e2e: e2e-upstream-bins cluster-up ## Run the end-to-end suite on the cluster (started if needed), Kubernetes' storage tests included.
+e2e: e2e-upstream-bins podman-deps cluster-up ## Run the end-to-end suite on the cluster (started if needed), Kubernetes' storage tests included.
 	cd integration && $(GO_RELEASE) $(GO) test -vet=off -count=1 -timeout=80m -tags=e2e ./e2e/...
 
 .PHONY: cluster-up
@@ -316,7 +317,7 @@ tools-test: $(VERSITYGW) $(HELM)
 tools-verify: $(CONTROLLER_GEN) $(PROTOC_GEN_GO) $(BUF) $(GOLANGCI_LINT)
 
 .PHONY: podman-deps
-podman-deps: # Podman, whose Docker API the container tests drive (Debian's package).
+podman-deps: # Podman (Debian's package): the container tests drive its Docker API, the e2e suite runs a container beside the cluster.
 	@command -v podman >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman; }
 
 .PHONY: bench-deps

@@ -61,6 +61,10 @@ func (c Config) Up(ctx context.Context, logf func(string, ...any)) error {
 			return err
 		}
 	}
+	// Before containerd mounts the first pod's network namespace (netns.go says why).
+	if err := shareNetns(netnsDir(), c.netnsMarker(), logf); err != nil {
+		return err
+	}
 	for _, step := range []struct {
 		name  string
 		start func() error
@@ -158,7 +162,8 @@ func (c Config) Healthy(ctx context.Context) error {
 }
 
 // Down stops every process Up started, removes what the pods left (containers, mounts, network
-// namespaces, the bridge) and restores the host's iptables rules and sysctls. The PKI and the logs
+// namespaces, even under a bind another tool stacked on them, the bridge) and restores the host's
+// iptables rules, sysctls and /run/netns as Up found it. The PKI and the logs
 // stay; etcd's data and the image store go, so the next Up starts an empty cluster.
 func (c Config) Down(logf func(string, ...any)) error {
 	var errs []error
@@ -174,11 +179,8 @@ func (c Config) Down(logf func(string, ...any)) error {
 		errs = append(errs, c.stop(name, 15*time.Second))
 	}
 	killShims(c.ContainerdSocket())
-	netns, _ := filepath.Glob("/run/netns/cni-*")
-	errs = append(errs, unmountAll(append([]string{c.KubeletDir, c.RunDir, filepath.Join(c.StateDir, "containerd")}, netns...)...))
-	for _, ns := range netns {
-		_ = os.Remove(ns)
-	}
+	errs = append(errs, unmountAll(c.KubeletDir, c.RunDir, filepath.Join(c.StateDir, "containerd")))
+	errs = append(errs, releaseNetns(netnsDir(), c.netnsMarker(), logf))
 	if mps, err := mountsUnder(c.KubeletDir, c.StateDir); err == nil && len(mps) == 0 {
 		for _, dir := range []string{c.KubeletDir, filepath.Join(c.StateDir, "etcd"), filepath.Join(c.StateDir, "containerd"),
 			filepath.Join(c.StateDir, "images"), filepath.Join(c.StateDir, "installed-images"), c.S3DataDir(), c.RunDir, "/var/lib/cni/networks/s3csi"} {

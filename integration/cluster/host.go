@@ -170,7 +170,27 @@ func (c Config) restoreHost() error {
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	return os.RemoveAll(dir)
+	return c.forgetHost()
+}
+
+// forgetHost removes the host record, except the marker of a bind of the network namespace dir
+// that Down had to leave in place (releaseNetns says why): the next Down removes it.
+func (c Config) forgetHost() error {
+	if _, err := os.Stat(c.netnsMarker()); err != nil {
+		return os.RemoveAll(c.hostDir())
+	}
+	entries, err := os.ReadDir(c.hostDir())
+	if err != nil {
+		return fmt.Errorf("read host record: %w", err)
+	}
+	for _, e := range entries {
+		if e.Name() != filepath.Base(c.netnsMarker()) {
+			if err := os.RemoveAll(filepath.Join(c.hostDir(), e.Name())); err != nil {
+				return fmt.Errorf("remove host record: %w", err)
+			}
+		}
+	}
+	return nil
 }
 
 func writeSysctl(key, value string) error {
@@ -217,14 +237,21 @@ func (c Config) bridgeDown() error {
 	return run("ip", "link", "del", c.Bridge)
 }
 
-// mountsUnder lists the mount points under any of the dirs, deepest first.
-func mountsUnder(dirs ...string) ([]string, error) {
+// A mountEntry is one line of /proc/self/mountinfo: the mount's ID, the ID of the mount it sits
+// on, and its mount point. Two entries may share a mount point: the later is stacked on the other.
+type mountEntry struct {
+	id, parent int
+	point      string
+}
+
+// readMountTable reads this process's mount table, in mount order.
+func readMountTable() ([]mountEntry, error) {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
 		return nil, fmt.Errorf("read mount table: %w", err)
 	}
 	defer f.Close()
-	var out []string
+	var out []mountEntry
 	s := bufio.NewScanner(f)
 	s.Buffer(make([]byte, 1<<20), 1<<20)
 	for s.Scan() {
@@ -232,16 +259,38 @@ func mountsUnder(dirs ...string) ([]string, error) {
 		if len(fields) < 5 {
 			continue
 		}
-		mp := unescapeMountPath(fields[4])
-		for _, d := range dirs {
-			if mp == d || strings.HasPrefix(mp, strings.TrimSuffix(d, "/")+"/") {
-				out = append(out, mp)
-				break
-			}
+		id, err1 := strconv.Atoi(fields[0])
+		parent, err2 := strconv.Atoi(fields[1])
+		if err1 != nil || err2 != nil {
+			continue
 		}
+		out = append(out, mountEntry{id: id, parent: parent, point: unescapeMountPath(fields[4])})
 	}
 	if err := s.Err(); err != nil {
 		return nil, fmt.Errorf("read mount table: %w", err)
+	}
+	return out, nil
+}
+
+// under reports whether path is dir or below it.
+func under(path, dir string) bool {
+	return path == dir || strings.HasPrefix(path, strings.TrimSuffix(dir, "/")+"/")
+}
+
+// mountsUnder lists the mount points under any of the dirs, deepest first.
+func mountsUnder(dirs ...string) ([]string, error) {
+	table, err := readMountTable()
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, m := range table {
+		for _, d := range dirs {
+			if under(m.point, d) {
+				out = append(out, m.point)
+				break
+			}
+		}
 	}
 	sort.SliceStable(out, func(i, j int) bool { return strings.Count(out[i], "/") > strings.Count(out[j], "/") })
 	return out, nil

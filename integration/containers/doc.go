@@ -6,6 +6,6 @@
 //
 // The tests carry the build tag containers and run with `make test-containers`, which builds the
 // images and installs Podman first. The package starts its own Podman API service on a private
-// socket and store (see podman_test.go), so it never touches the host's containers; without
-// podman it fails and says how to get it.
+// socket and store (podman_test.go, over integration/podmanenv), so it never touches the host's
+// containers; without podman it fails and says how to get it.
 package containers

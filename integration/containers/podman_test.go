@@ -8,10 +8,8 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strings"
 	"testing"
 	"time"
 
@@ -19,14 +17,16 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/s3csi/s3csi/shared/testenv"
+
+	"github.com/s3csi/s3csi/integration/podmanenv"
 )
 
 // Images, by service, as `make images` names them. Set by TestMain.
 var images = map[string]string{}
 
-// The Podman this package starts: its environment (private configuration and store) for the
-// podman commands the tests run beside testcontainers-go (networks, image loads).
-var podmanEnv []string
+// The Podman this package starts (private configuration and store), for the podman commands the
+// tests run beside testcontainers-go (networks, image loads).
+var pm *podmanenv.Env
 
 func TestMain(m *testing.M) {
 	ctrllog.SetLogger(logr.Discard())
@@ -57,8 +57,8 @@ func run(m *testing.M) (int, error) {
 		if _, err := os.Stat(tarball); err != nil {
 			return 0, fmt.Errorf("image of %s: %w (make images builds it)", name, err)
 		}
-		if out, err := podman("load", "-q", "-i", tarball); err != nil {
-			return 0, fmt.Errorf("load %s: %w\n%s", tarball, err, out)
+		if err := pm.Load(tarball); err != nil {
+			return 0, err
 		}
 		images[name] = fmt.Sprintf("docker.io/s3csi/%s:%s", name, version)
 	}
@@ -78,68 +78,35 @@ func chartAppVersion(root string) (string, error) {
 	return string(m[1]), nil
 }
 
-// startPodman starts `podman system service` on a private socket, with its own configuration,
-// store and network definitions in a temporary directory, and points testcontainers-go at it.
-// The returned func removes every container, network and image it made.
+// startPodman starts `podman system service` of a private Podman (podmanenv) on a socket of its
+// own and points testcontainers-go at it. The returned func removes every container, network and
+// image it made.
 func startPodman() (func(), error) {
-	bin, err := exec.LookPath("podman")
-	if err != nil {
-		return nil, errors.New("podman not found: these tests run the services as containers under Podman's Docker API " +
-			"(apt-get install -y podman; make test-containers installs it)")
-	}
-	dir, err := os.MkdirTemp("", "s3csi-podman-")
+	env, err := podmanenv.New()
 	if err != nil {
 		return nil, err
 	}
-	files := map[string]string{
-		// Without the ulimits every container fails here ("error setting rlimit type 6").
-		"containers.conf": fmt.Sprintf(`[containers]
-default_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]
-
-[engine]
-cgroup_manager = "cgroupfs"
-events_logger = "file"
-runtime = "runc"
-
-[network]
-network_backend = "netavark"
-network_config_dir = %q
-`, filepath.Join(dir, "networks")),
-		"storage.conf": fmt.Sprintf(`[storage]
-driver = "overlay"
-runroot = %q
-graphroot = %q
-`, filepath.Join(dir, "run"), filepath.Join(dir, "storage")),
-	}
-	for name, content := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
-			return nil, err
-		}
-	}
-	podmanEnv = append(os.Environ(),
-		"CONTAINERS_CONF="+filepath.Join(dir, "containers.conf"),
-		"CONTAINERS_STORAGE_CONF="+filepath.Join(dir, "storage.conf"))
-	socket := filepath.Join(dir, "podman.sock")
-	logFile, err := os.Create(filepath.Join(dir, "service.log"))
+	pm = env
+	socket := filepath.Join(pm.Dir, "podman.sock")
+	logFile, err := os.Create(filepath.Join(pm.Dir, "service.log"))
 	if err != nil {
+		_ = pm.Close()
 		return nil, err
 	}
-	service := exec.Command(bin, "system", "service", "--time=0", "unix://"+socket)
-	service.Env, service.Stdout, service.Stderr = podmanEnv, logFile, logFile
+	service := pm.Command(context.Background(), "system", "service", "--time=0", "unix://"+socket)
+	service.Stdout, service.Stderr = logFile, logFile
 	if err := service.Start(); err != nil {
+		_ = logFile.Close()
+		_ = pm.Close()
 		return nil, fmt.Errorf("start podman system service: %w", err)
 	}
 	stop := func() {
-		_, _ = podman("rm", "--all", "--force", "--time=0")
-		_, _ = podman("network", "prune", "--force")
 		_ = service.Process.Kill()
 		_ = service.Wait()
-		// Unmounts the store's overlay mounts and removes it.
-		if out, err := podman("system", "reset", "--force"); err != nil {
-			fmt.Fprintf(os.Stderr, "podman system reset: %v\n%s\n", err, out)
-		}
 		_ = logFile.Close()
-		_ = os.RemoveAll(dir)
+		if err := pm.Close(); err != nil {
+			fmt.Fprintf(os.Stderr, "remove the tests' podman: %v\n", err)
+		}
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -149,8 +116,8 @@ graphroot = %q
 			break
 		}
 		if time.Now().After(deadline) {
-			stop()
 			b, _ := os.ReadFile(logFile.Name())
+			stop()
 			return nil, fmt.Errorf("podman system service not answering on %s: %w\n%s", socket, err, b)
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -171,11 +138,4 @@ graphroot = %q
 }
 
 // podman runs a podman command against the package's private store.
-func podman(args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "podman", args...)
-	cmd.Env = podmanEnv
-	out, err := cmd.CombinedOutput()
-	return strings.TrimSpace(string(out)), err
-}
+func podman(args ...string) (string, error) { return pm.Run(args...) }
