@@ -80,7 +80,7 @@ test-containers: tools-test envtest-bins podman-deps images-product ## Run the s
 	cd integration && GOWORK=off $(GO) test $(GOTEST_FLAGS) -tags=containers ./containers/
 
 .PHONY: test-modules
-test-modules: tools-test envtest-bins ## Run every module's tests against the real API server, NATS, S3 and FUSE.
+test-modules: tools-test envtest-bins test-deps ## Run every module's tests against the real API server, NATS, S3 and FUSE.
 	@for m in $(MODULES); do echo "== test $$m"; \
 	  case $$m in hack/*) (cd $$m && $(GO_RELEASE) $(GO) test -vet=off -count=1 -timeout=20m ./...);; \
 	  *) (cd $$m && GOWORK=off $(GO) test $(GOTEST_FLAGS) ./...);; esac; done
@@ -319,6 +319,11 @@ tools-verify: $(CONTROLLER_GEN) $(PROTOC_GEN_GO) $(BUF) $(GOLANGCI_LINT)
 .PHONY: podman-deps
 podman-deps: # Podman (Debian's package): the container tests drive its Docker API, the e2e suite runs a container beside the cluster.
 	@command -v podman >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman; }
+
+.PHONY: test-deps
+test-deps: # The programs the mounter's conformance suite runs through a mount (services/mounter/conformance), found on the PATH it gives them.
+	@for p in sh dd cp tar rsync awk python3 truncate; do PATH=/usr/local/bin:/usr/bin:/bin command -v $$p >/dev/null || { \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dash coreutils tar rsync mawk python3; break; }; done
 
 .PHONY: bench-deps
 bench-deps: # fio and the FUSE clients s3csi-mounter is compared with (Debian's s3fs and rclone).

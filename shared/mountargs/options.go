@@ -57,6 +57,9 @@ type Options struct {
 	AllowRoot bool
 	// AutoUnmount asks the kernel to unmount when the mounter exits.
 	AutoUnmount bool
+	// AbortOnSignal fails a file whose writer got a signal while writing or closing it, so that
+	// a writer killed in the middle of a file does not store what it wrote so far.
+	AbortOnSignal bool
 
 	// UID and GID own every file and directory.
 	UID, GID *uint32

@@ -183,6 +183,7 @@ var specs = []optionSpec{
 	flagSpec("allow-other", func(o *Options) *bool { return &o.AllowOther }),
 	flagSpec("allow-root", func(o *Options) *bool { return &o.AllowRoot }),
 	flagSpec("auto-unmount", func(o *Options) *bool { return &o.AutoUnmount }),
+	flagSpec("abort-on-signal", func(o *Options) *bool { return &o.AbortOnSignal }),
 	uint32Spec("uid", func(o *Options) **uint32 { return &o.UID }, 10, math.MaxUint32),
 	uint32Spec("gid", func(o *Options) **uint32 { return &o.GID }, 10, math.MaxUint32),
 	uint32Spec("dir-mode", func(o *Options) **uint32 { return &o.DirMode }, 8, 0o7777),

@@ -2,8 +2,11 @@ package s3fs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
+	"syscall"
+	"time"
 
 	"golang.org/x/sync/semaphore"
 )
@@ -12,8 +15,8 @@ import (
 //
 // Problem: 50 sequential readers each prefetching a growing window would exhaust memory.
 // Solution: every buffer is reserved here first. Prefetch only tries (TryAcquire) and falls back
-// to reading straight into the kernel's buffer; writers wait (Acquire) because they must buffer a
-// part before uploading it.
+// to reading straight into the kernel's buffer; writers wait, bounded (acquireWithin), because they
+// must buffer a part before uploading it.
 // Invariant: used never exceeds limit, so buffer memory stays under --max-memory-target.
 type budget struct {
 	limit int64
@@ -34,12 +37,28 @@ func (b *budget) tryAcquire(n int64) bool {
 	return true
 }
 
-func (b *budget) acquire(ctx context.Context, n int64) error {
+// errInterrupted is acquireWithin's error when its caller's request was interrupted.
+var errInterrupted = errors.New("interrupted while waiting for buffer memory")
+
+// acquireWithin reserves n bytes, waiting at most wait for other files to give some back.
+//
+// Problem: the budget is held by buffers that fill only as their programs write; a program
+// writing to more files than the budget has buffers for (awk with one output per key) waits for
+// itself, for ever.
+// Solution: a bounded wait, then ENOMEM, as mount-s3 answers when its memory limit is reached.
+// Invariant: never waits longer than wait; an interrupt of ctx returns errInterrupted.
+func (b *budget) acquireWithin(ctx context.Context, n int64, wait time.Duration) error {
 	if n > b.limit {
-		return fmt.Errorf("reserve %d buffer bytes: more than the memory target %d", n, b.limit)
+		return fmt.Errorf("reserve %d buffer bytes: more than the memory target of %d bytes: %w", n, b.limit, syscall.ENOMEM)
 	}
-	if err := b.sem.Acquire(ctx, n); err != nil {
-		return fmt.Errorf("reserve buffer memory: %w", err)
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	if err := b.sem.Acquire(wctx, n); err != nil {
+		if ctx.Err() != nil {
+			return errInterrupted
+		}
+		return fmt.Errorf("no buffer memory freed within %s: the files open for writing hold the memory target of %d bytes: %w",
+			wait, b.limit, syscall.ENOMEM)
 	}
 	b.account(n)
 	return nil

@@ -156,13 +156,28 @@ func (d *dirNode) checkAbsent(ctx context.Context, name string) syscall.Errno {
 	}
 }
 
-// Rmdir removes an empty local directory. Directories in S3 exist because keys are below them,
-// so they are never empty.
+// Rmdir removes an empty directory: a local one, or one whose objects are all gone.
+//
+// Problem: a directory in S3 is the keys below it, which other clients add and delete, so the
+// metadata cache cannot tell whether it is empty: rm -rf of a tree another client wrote failed
+// with ENOTEMPTY once every object was deleted. And a directory marker (prefix/, which S3
+// consoles create) keeps a directory listed although it holds nothing.
+// Solution: S3 is asked, with a ListObjectsV2 of the prefix of at most two keys. No key, or only
+// the marker, is empty: the marker is deleted (with --allow-delete; else EPERM, as for unlink).
+// Invariant: rmdir returns 0 only when S3 lists nothing below the directory and no file is
+// being written in it.
 func (d *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
 	if d.fsys.opts.ReadOnly {
 		return syscall.EROFS
 	}
-	if ino := d.localChild(name); ino != nil {
+	if !validName(name) {
+		return syscall.EINVAL
+	}
+	ino := d.localChild(name)
+	if ino == nil {
+		ino = d.GetChild(name)
+	}
+	if ino != nil {
 		child, ok := ino.Operations().(*dirNode)
 		if !ok {
 			return syscall.ENOTDIR
@@ -170,26 +185,43 @@ func (d *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
 		if len(child.localEntries()) > 0 {
 			return syscall.ENOTEMPTY
 		}
-		if e, errno := d.fsys.statRemote(ctx, d.prefix+name); errno == 0 && e.isDir {
-			return syscall.ENOTEMPTY
-		}
-		d.setLocal(name, nil)
-		return 0
 	}
-	e, errno := d.fsys.stat(ctx, d.prefix+name)
+	key := d.prefix + name
+	marker, errno := d.fsys.emptyDir(ctx, key+"/")
 	switch {
 	case errno != 0:
 		return errno
-	case !e.isDir:
-		return syscall.ENOTDIR
+	case marker && !d.fsys.opts.AllowDelete:
+		return syscall.EPERM
+	case marker:
+		rctx, cancel := d.fsys.requestContext(ctx)
+		_, err := d.fsys.client.DeleteObject(rctx, &s3.DeleteObjectInput{Bucket: aws.String(d.fsys.bucket), Key: aws.String(key + "/")})
+		cancel()
+		if err != nil {
+			return toErrno(err)
+		}
 	}
-	return syscall.ENOTEMPTY
+	d.setLocal(name, nil)
+	d.fsys.meta.forget(key)
+	return 0
 }
 
 // Unlink deletes an object, only with --allow-delete and never while it is being written.
 func (d *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
 	if d.fsys.opts.ReadOnly {
 		return syscall.EROFS
+	}
+	if child := d.localChild(name); child != nil {
+		// A file being written can be deleted once it is stored: a program that closes a
+		// file and deletes it at once (rsync's temporary file after its rename failed) would
+		// otherwise find it still being stored by the release and leave it behind.
+		fn, ok := child.Operations().(*fileNode)
+		if !ok {
+			return syscall.EPERM
+		}
+		if _, w := fn.snapshot(); w != nil && !w.settle() {
+			return syscall.EPERM
+		}
 	}
 	if d.localChild(name) != nil || !d.fsys.opts.AllowDelete {
 		return syscall.EPERM
@@ -210,10 +242,14 @@ func (d *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
 	return toErrno(err)
 }
 
-// Create starts a new file; its object appears in S3 when the file is closed.
-func (d *dirNode) Create(ctx context.Context, name string, _ uint32, _ uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+// Create starts a new file; its object appears in S3 when the file is closed. O_SYNC and O_DSYNC
+// are refused with EINVAL (syncRefused).
+func (d *dirNode) Create(ctx context.Context, name string, flags uint32, _ uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
 	if d.fsys.opts.ReadOnly {
 		return nil, nil, 0, syscall.EROFS
+	}
+	if syncRefused(flags) {
+		return nil, nil, 0, syscall.EINVAL
 	}
 	if !validName(name) {
 		return nil, nil, 0, syscall.EINVAL
@@ -228,13 +264,14 @@ func (d *dirNode) Create(ctx context.Context, name string, _ uint32, _ uint32, o
 	if !ok {
 		return nil, nil, 0, syscall.EIO
 	}
-	h, errno := fn.startWrite(d, name)
+	h, errno := fn.startWrite(ctx, d, name)
 	if errno != 0 {
 		return nil, nil, 0, errno
 	}
 	d.setLocal(name, ino)
 	fillAttr(fn, &out.Attr)
-	return ino, h, 0, 0
+	// Direct I/O makes the kernel name the writer's descriptor table in every WRITE (closer.go).
+	return ino, h, fuse.FOPEN_DIRECT_IO, 0
 }
 
 // Rename is not supported: S3 has no rename, and copying would not be atomic.
@@ -277,4 +314,30 @@ func (d *dirNode) Statfs(_ context.Context, out *fuse.StatfsOut) syscall.Errno {
 	out.Files, out.Ffree = huge, huge
 	out.NameLen = 1024
 	return 0
+}
+
+// emptyDir asks S3 whether the directory prefix (ending in "/") is empty: ENOTEMPTY when a key
+// other than its marker is below it, else whether the marker exists.
+func (f *filesystem) emptyDir(ctx context.Context, prefix string) (marker bool, errno syscall.Errno) {
+	rctx, cancel := f.requestContext(ctx)
+	defer cancel()
+	// Keys below prefix sort after the marker, prefix itself: two keys tell the cases apart.
+	out, err := f.client.ListObjectsV2(rctx, &s3.ListObjectsV2Input{
+		Bucket:  aws.String(f.bucket),
+		Prefix:  aws.String(prefix),
+		MaxKeys: aws.Int32(2),
+	})
+	if err != nil {
+		return false, toErrno(err)
+	}
+	for _, o := range out.Contents {
+		if aws.ToString(o.Key) != prefix {
+			return false, syscall.ENOTEMPTY
+		}
+		marker = true
+	}
+	if len(out.CommonPrefixes) > 0 {
+		return false, syscall.ENOTEMPTY
+	}
+	return marker, 0
 }

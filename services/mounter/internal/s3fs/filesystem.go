@@ -40,6 +40,7 @@ type filesystem struct {
 	meta      *metaCache
 	cache     *diskCache
 	versions  openVersions
+	callers   callers   // who sent the WRITE and FLUSH requests in flight (closer.go)
 	pool      sync.Pool // *[]byte of readPart bytes
 	writePool sync.Pool // *[]byte of writePart bytes
 

@@ -2,8 +2,10 @@ package s3fs
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -17,6 +19,8 @@ type handle struct {
 	reader           *reader
 	writer           *writer
 	pendingOverwrite bool
+	// opener is who opened a handle for writing (closer.go); nil for a read-only handle.
+	opener *opener
 	// cacheETag is the version this handle reads, counted in the node's pageCache while
 	// cacheCounted.
 	cacheETag    string
@@ -95,17 +99,56 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	if w == nil {
 		return 0, syscall.EPERM
 	}
-	return w.write(ctx, data, off)
+	h.opener.saw(h.node.fsys.callers.of(ctx))
+	n, errno := w.write(ctx, data, off)
+	if errno == 0 && h.node.fsys.opts.AbortOnSignal && ctx.Err() != nil {
+		return 0, w.fail(errSignaled)
+	}
+	return n, errno
 }
 
-// Flush answers close(2): the object is in the bucket when close returns 0, and a failed upload
-// fails every close of the file (see writer.flush).
+// Flush answers close(2): the opener's close completes the file, so the object is in the
+// bucket when it returns 0, and a failed file fails every close (see writer.flush).
 func (h *handle) Flush(ctx context.Context) syscall.Errno {
 	_, w := h.current()
 	if w == nil {
 		return 0
 	}
-	return w.flush(ctx)
+	who := h.node.fsys.callers.of(ctx)
+	h.opener.saw(who)
+	opener := h.opener.closes(who)
+	if opener && h.node.fsys.opts.AbortOnSignal && signaled(ctx) {
+		_ = w.fail(errSignaled)
+	}
+	return w.flush(context.WithoutCancel(ctx), opener)
+}
+
+// errSignaled fails a file with --abort-on-signal whose writer got a signal.
+var errSignaled = fmt.Errorf("the writer got a signal while writing or closing the file (--abort-on-signal): %w", syscall.EINTR)
+
+// signalGrace is how long a close waits for the kernel's interrupt of it with
+// --abort-on-signal.
+const signalGrace = 10 * time.Millisecond
+
+// signaled reports whether the request of ctx is interrupted within signalGrace.
+//
+// Problem: the kernel closes a killed process's descriptors as exit(2) does, so a writer
+// SIGKILLed in the middle of a file closes it like a writer that is done, and the file would be
+// stored cut short.
+// Solution: a process that exits because of a signal still has the signal pending while its
+// descriptors are closed, so the kernel interrupts the FLUSH it sends (FUSE_INTERRUPT); a
+// process that exits normally has none. The interrupt follows the FLUSH at once: waiting briefly
+// for it tells the two apart. A signal that only interrupts a close (Go's preemption signal
+// does) fails the file as well, which is why this is an option.
+func signaled(ctx context.Context) bool {
+	t := time.NewTimer(signalGrace)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return true
+	case <-t.C:
+		return false
+	}
 }
 
 // Fsync completes the upload; later writes fail.

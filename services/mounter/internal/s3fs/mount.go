@@ -200,9 +200,12 @@ func prepareFS(ctx context.Context, cfg *Config) (*filesystem, fuse.RawFileSyste
 		// Node ids are the keys' inode numbers, so a server that resumes the connection gives
 		// each key the id the kernel already holds.
 		ExternalNodeID: true,
+		// --file-mode 000 and --dir-mode 000 mean mode 0: without this go-fuse turns a zero
+		// mode into 0644 or 0755 and, with --allow-other, lets every user read the bucket.
+		NullPermissions: true,
 	}
 	euid := uint32(os.Geteuid()) //nolint:gosec // uids fit 32 bits
-	return fsys, restrictAccess(fs.NewNodeFS(root, fsOpts), euid, cfg.Options.AllowOther, cfg.Options.AllowRoot), nil
+	return fsys, restrictAccess(recordOwners(fs.NewNodeFS(root, fsOpts), &fsys.callers), euid, cfg.Options.AllowOther, cfg.Options.AllowRoot), nil
 }
 
 // serve answers the connection's INIT, or resumes it from cfg.State, and serves it in the

@@ -18,57 +18,6 @@ import (
 	"github.com/s3csi/s3csi/shared/testenv"
 )
 
-func TestPageCacheDecisions(t *testing.T) {
-	type step struct {
-		close    bool   // a handle of etag is released; otherwise one is opened
-		etag     string // the version the handle reads
-		keep     bool   // for an open: whether the kernel may keep the file's pages
-		replayed bool   // an open a resumed server makes, which the kernel never sees
-	}
-	open := func(etag string, keep bool) step { return step{etag: etag, keep: keep} }
-	replay := func(etag string) step { return step{etag: etag, replayed: true} }
-	release := func(etag string) step { return step{close: true, etag: etag} }
-	for _, tc := range []struct {
-		name  string
-		steps []step
-	}{
-		{"the first open of a version drops the pages and the next keeps them", []step{
-			open("a", false), release("a"), open("a", true),
-		}},
-		{"concurrent opens of one version keep the pages", []step{
-			open("a", false), open("a", true), open("a", true),
-		}},
-		{"a replaced object drops the pages once", []step{
-			open("a", false), release("a"), open("b", false), release("b"), open("b", true),
-		}},
-		{"pages stay unknown while a handle of the old version is open", []step{
-			open("a", false), open("b", false), open("b", false), release("a"), open("b", false), open("b", true),
-		}},
-		{"an open replayed by a resume drops nothing, so the next open does", []step{
-			replay("b"), release("b"), open("b", false), open("b", true),
-		}},
-		{"a replayed handle of the kept version leaves the pages unknown", []step{
-			replay("a"), open("a", false), release("a"), open("a", true),
-		}},
-		{"an object without ETag never keeps pages", []step{
-			open("", false), release(""), open("", false),
-		}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var c pageCache
-			for i, s := range tc.steps {
-				if s.close {
-					c.closed(s.etag)
-					continue
-				}
-				if got := c.opened(s.etag, s.replayed); got != s.keep {
-					t.Fatalf("step %d: open of %q kept pages %v, want %v", i, s.etag, got, s.keep)
-				}
-			}
-		})
-	}
-}
-
 // readWhole reads path through a fresh descriptor.
 func readWhole(t *testing.T, path string) []byte {
 	t.Helper()

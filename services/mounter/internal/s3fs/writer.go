@@ -20,16 +20,40 @@ import (
 // maxPartsInFlight bounds the concurrent part uploads of one file.
 const maxPartsInFlight = 8
 
-// writer streams a new file to S3.
+// firstWriteBuffer is the buffer a file starts with; it grows fourfold up to a part.
+const firstWriteBuffer = 64 << 10
+
+// writer streams a new file, or a new version of an object, to S3.
 //
-// Problem: a file must appear in the bucket atomically and only when it is closed, but staging it
-// whole in memory or on disk does not scale to large files.
-// Solution: writes fill a WritePartSize buffer; each full buffer is uploaded as a multipart part
-// in the background (up to maxPartsInFlight at once, each holding a budget reservation) and close
-// completes the upload. A file smaller than one part is a single PutObject.
-// Invariant: the object becomes visible only at CompleteMultipartUpload/PutObject; on failure the
-// upload is aborted and the file is gone. An error is sticky: once an upload request failed, every
-// later write, fsync and close of the file returns it, and nothing more is uploaded.
+// Problem: a file must appear in the bucket atomically, whole, and only when its writer is done,
+// but staging it whole in memory or on disk does not scale to large files; and a program may hold
+// many files open for writing at once (awk with one output per key), more than the memory budget
+// has parts for.
+// Solution: writes fill a buffer that starts at firstWriteBuffer and grows fourfold up to
+// WritePartSize, each step reserved from the budget; each full part is uploaded as a multipart
+// part in the background (up to maxPartsInFlight at once, each holding its reservation) and the
+// opener's close completes the upload (closer.go). A file smaller than one part is a single
+// PutObject. A reservation that the budget cannot give within the request timeout fails the
+// file with ENOMEM instead of waiting for memory that only other open files hold.
+// Invariant: the object changes only at CompleteMultipartUpload/PutObject, and only if every
+// write succeeded. Any failure (an upload request, a write that is not at the end of the file,
+// a truncation to another size, no memory) is sticky: every later write, fsync and close
+// returns it, the upload is aborted, and the bucket keeps what it held before (no object for a
+// new file, the previous version for an overwrite).
+//
+// States, with the event that leaves each:
+//
+//	writing    --write at the end-->            writing
+//	writing    --write elsewhere, truncate,
+//	             no memory, a part fails-->      failed (sticky error; writes refused)
+//	writing    --opener's close with data,
+//	             fsync, release-->               completing (no more writes: EBADF)
+//	writing    --another process's close,
+//	             the opener's close of an
+//	             empty file-->                   writing
+//	failed     --opener's close, fsync,
+//	             release-->                      done (upload aborted; the error returned)
+//	completing --upload completed or failed-->   done (result kept; every later close returns it)
 type writer struct {
 	fsys   *filesystem
 	node   *fileNode
@@ -39,25 +63,26 @@ type writer struct {
 	mu       sync.Mutex
 	off      int64
 	modTime  time.Time
-	buf      []byte // reserved from the budget when non-nil
+	buf      []byte // its capacity is reserved from the budget
 	uploadID string
 	partNum  int32
 	inflight sync.WaitGroup
 	slots    chan struct{}
 	done     bool
-	// empty is the object stored by a close while nothing was written (see flush); nil until then.
-	empty *entry
-	// resMu guards the results of background part uploads; it is never held while waiting.
+	// ended is closed once the writer is done and the node no longer names it.
+	ended chan struct{}
+	// resMu guards the results of background part uploads and the sticky error; it is never
+	// held while waiting.
 	resMu  sync.Mutex
 	parts  []types.CompletedPart
-	err    error // first upload error; sticky
+	err    error // the first failure; sticky
 	result syscall.Errno
 }
 
 func newWriter(fsys *filesystem, node *fileNode, parent *dirNode, name string) *writer {
 	return &writer{
 		fsys: fsys, node: node, parent: parent, name: name, modTime: time.Now(),
-		slots: make(chan struct{}, maxPartsInFlight),
+		slots: make(chan struct{}, maxPartsInFlight), ended: make(chan struct{}),
 	}
 }
 
@@ -83,40 +108,93 @@ func (w *writer) setMtime(t time.Time) {
 func (w *writer) write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	switch {
-	case w.done:
+	if w.done {
 		return 0, syscall.EBADF
-	case off != w.off:
-		return 0, syscall.EINVAL
 	}
 	if err := w.uploadErr(); err != nil {
 		return 0, toErrno(err)
 	}
+	if off != w.off {
+		return 0, w.fail(fmt.Errorf("write at offset %d of %s, whose end is at %d: a file is written from start to end: %w",
+			off, w.node.key, w.off, syscall.EINVAL))
+	}
 	written := 0
 	for written < len(data) {
-		if w.buf == nil {
-			if err := w.fsys.budget.acquire(ctx, w.fsys.writePart); err != nil {
-				if written > 0 {
+		if len(w.buf) == cap(w.buf) {
+			if errno := w.grow(ctx); errno != 0 {
+				if errno == syscall.EINTR && written > 0 {
 					// A short write: the caller retries the rest, at the offset reached.
 					return uint32(written), 0 //nolint:gosec // bounded by MaxWrite
 				}
-				return 0, syscall.EINTR
+				return 0, errno
 			}
-			w.buf = w.fsys.getWriteBuf()
 		}
 		n := min(len(data)-written, cap(w.buf)-len(w.buf))
 		w.buf = append(w.buf, data[written:written+n]...)
 		written += n
 		w.off += int64(n)
-		if len(w.buf) == cap(w.buf) {
+		if int64(len(w.buf)) == w.fsys.writePart {
 			if err := w.uploadPart(); err != nil { //nolint:contextcheck // the write's interrupt must not fail a part it already took
-				w.setErr(err)
-				return uint32(written), toErrno(err) //nolint:gosec // bounded by MaxWrite
+				return 0, w.fail(err)
 			}
 		}
 	}
 	w.modTime = time.Now()
 	return uint32(written), 0 //nolint:gosec // bounded by MaxWrite
+}
+
+// grow makes room in the full (or absent) buffer: the first part's buffer grows fourfold from
+// firstWriteBuffer, later parts take a whole part at once. Called with w.mu held.
+func (w *writer) grow(ctx context.Context) syscall.Errno {
+	part := w.fsys.writePart
+	old := int64(cap(w.buf))
+	size := part
+	if w.partNum == 0 {
+		size = min(max(firstWriteBuffer, 4*old), part)
+	}
+	if err := w.fsys.budget.acquireWithin(ctx, size-old, w.fsys.timeout); err != nil {
+		if errors.Is(err, errInterrupted) {
+			return syscall.EINTR
+		}
+		return w.fail(fmt.Errorf("write %s: %w", w.node.key, err))
+	}
+	var buf []byte
+	if size == part {
+		buf = w.fsys.getWriteBuf()
+	} else {
+		buf = make([]byte, 0, size)
+	}
+	w.buf = append(buf, w.buf...)
+	return 0
+}
+
+// releaseWait is how long an open waits for the release of a file whose last descriptor was
+// closed: the kernel sends RELEASE after close(2) has returned, so a program that reopens the
+// file at once could otherwise find it still being written.
+const releaseWait = 100 * time.Millisecond
+
+// settle waits for a writer that is ending and reports whether it ended: it waits releaseWait
+// for the completion to start, then for the completion (bounded by the request timeout).
+func (w *writer) settle() bool {
+	select {
+	case <-w.ended:
+		return true
+	case <-time.After(releaseWait):
+	}
+	w.mu.Lock()
+	completing := w.done
+	w.mu.Unlock()
+	if !completing {
+		return false
+	}
+	<-w.ended
+	return true
+}
+
+// fail makes err the file's sticky error (the first one stays) and returns its errno.
+func (w *writer) fail(err error) syscall.Errno {
+	w.setErr(err)
+	return toErrno(w.uploadErr())
 }
 
 // uploadPart sends the full buffer as the next part in the background. Called with w.mu held.
@@ -253,6 +331,10 @@ func (w *writer) complete(ctx context.Context) syscall.Errno {
 	ctx = context.WithoutCancel(ctx)
 	w.mu.Lock()
 	if w.done {
+		// Completing, or done: the result is known once the writer has ended.
+		w.mu.Unlock()
+		<-w.ended
+		w.mu.Lock()
 		defer w.mu.Unlock()
 		return w.result
 	}
@@ -264,16 +346,13 @@ func (w *writer) complete(ctx context.Context) syscall.Errno {
 	defer w.mu.Unlock()
 	e, err := w.finish(ctx)
 	if err != nil {
-		w.fsys.log.Error(err, "Upload failed", "key", w.node.key)
+		w.fsys.log.Error(err, "File not stored: the bucket keeps what it held before", "key", w.node.key)
 		w.abort() //nolint:contextcheck // aborting must not depend on the closing request
 	}
-	if w.buf != nil {
-		w.fsys.putWriteBuf(w.buf)
-		w.fsys.budget.release(w.fsys.writePart)
-		w.buf = nil
-	}
+	w.freeBuf()
 	w.result = toErrno(err)
 	w.node.finishWrite(w, e, err == nil)
+	close(w.ended)
 	return w.result
 }
 
@@ -281,10 +360,7 @@ func (w *writer) finish(ctx context.Context) (entry, error) {
 	if err := w.uploadErr(); err != nil {
 		return entry{}, err
 	}
-	switch {
-	case w.uploadID == "" && w.off == 0 && w.empty != nil:
-		return *w.empty, nil
-	case w.uploadID == "":
+	if w.uploadID == "" {
 		return w.put(ctx)
 	}
 	rctx, cancel := w.fsys.requestContext(ctx)
@@ -326,41 +402,37 @@ func (w *writer) put(ctx context.Context) (entry, error) {
 	return entry{size: w.off, mtime: time.Now(), etag: aws.ToString(out.ETag)}, nil
 }
 
-// flush answers the close of one of the file's descriptors: a file with data is completed, so
-// the object is in the bucket when close returns; an empty file is stored empty but stays open
-// for writing.
+// flush answers the close of one of the file's descriptors. The opener's close (closer.go) of a
+// file with data completes it, so the object is in the bucket when that close returns; any
+// other close, and the opener's close of a file still empty, only report an earlier failure.
 //
-// Problem: the kernel tells the filesystem of every close(2) (flush) but not which one is the
-// last; the release that follows the last is sent after close has returned, so an error there
-// reaches no one. Completing an empty file at its first close would break `cmd > f` (the shell
-// opens f, duplicates it onto stdout, closes the original, and cmd writes afterwards), and
-// leaving it to release made a failed `touch f` look successful.
-// Solution: a close of an empty file stores the empty object and returns that request's result;
-// bytes written afterwards through another descriptor replace it when that one is closed.
-// Invariant: a close returns 0 only if the bucket holds every byte written to the file so far;
-// after a failure every close fails.
-func (w *writer) flush(ctx context.Context) syscall.Errno {
-	ctx = context.WithoutCancel(ctx) // as in complete: a close is not retried
+// Problem: a shell opens the file of a redirection, duplicates it onto stdout and closes the
+// original before the command writes: completing an empty file at that close would end the file
+// before its first byte; and a child that inherited the descriptor closes it when it exits.
+// Solution: an empty file is completed by fsync or by the release after the last close; a file
+// with data by the opener's close, fsync or release.
+// Invariant: a close returns 0 only if nothing failed so far; the opener's close of a file with
+// data returns 0 only if the bucket holds every byte written.
+func (w *writer) flush(ctx context.Context, opener bool) syscall.Errno {
 	w.mu.Lock()
-	if w.done || w.off > 0 {
+	if opener && (w.done || w.off > 0) {
 		w.mu.Unlock()
 		return w.complete(ctx)
 	}
-	defer w.mu.Unlock()
-	if err := w.uploadErr(); err != nil {
-		return toErrno(err)
+	w.mu.Unlock()
+	return toErrno(w.uploadErr())
+}
+
+// freeBuf returns the buffer and its reservation. Called with w.mu held.
+func (w *writer) freeBuf() {
+	if w.buf == nil {
+		return
 	}
-	if w.empty != nil {
-		return 0
+	if int64(cap(w.buf)) == w.fsys.writePart {
+		w.fsys.putWriteBuf(w.buf)
 	}
-	e, err := w.put(ctx)
-	if err != nil {
-		w.fsys.log.Error(err, "Upload failed", "key", w.node.key)
-		w.setErr(err)
-		return toErrno(err)
-	}
-	w.empty = &e
-	return 0
+	w.fsys.budget.release(int64(cap(w.buf)))
+	w.buf = nil
 }
 
 func (w *writer) abort() {

@@ -36,8 +36,8 @@ const (
 var allowed = map[string]kind{
 	"allow-delete": flag, "allow-overwrite": flag, "allow-other": flag, "allow-root": flag,
 	"read-only": flag, "force-path-style": flag, "requester-pays": flag, "debug": flag,
-	"no-sign-request": flag,
-	"uid":             uintValue, "gid": uintValue, "dir-mode": octalMode, "file-mode": octalMode,
+	"no-sign-request": flag, "abort-on-signal": flag,
+	"uid": uintValue, "gid": uintValue, "dir-mode": octalMode, "file-mode": octalMode,
 	"prefix": prefixValue, "region": word, "metadata-ttl": ttlValue, "negative-metadata-ttl": ttlValue,
 	"max-threads": uintValue, "part-size": uintValue, "read-part-size": uintValue,
 	"write-part-size": uintValue, "max-cache-size": uintValue, "max-memory-target": uintValue, "memory-target": uintValue,

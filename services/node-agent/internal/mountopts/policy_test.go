@@ -83,7 +83,7 @@ func FuzzParse(f *testing.F) {
 
 func TestTheMounterParsesEveryOptionThePolicyLetsThrough(t *testing.T) {
 	o, err := Parse([]string{
-		"allow-delete", "allow-overwrite", "allow-other", "requester-pays", "debug",
+		"allow-delete", "allow-overwrite", "allow-other", "requester-pays", "debug", "abort-on-signal",
 		"uid=1000", "gid=2000", "dir-mode=750", "file-mode=640", "prefix=data/", "region=eu-west-1",
 		"metadata-ttl=indefinite", "negative-metadata-ttl=60", "max-threads=16", "part-size=8388608",
 		"read-part-size=8388608", "write-part-size=8388608", "max-cache-size=1024", "max-memory-target=512", "memory-target=256",
