@@ -32,6 +32,7 @@ func TestBadValuesAreRefused(t *testing.T) {
 			endpoint + "nats:\n  external:\n    url: nats://nats.example.com:4222\n", []string{"nats.auth.existingSecret"}},
 		{"a misspelled NATS auth value is refused", endpoint + "nats:\n  auth:\n    existingSecrets: x\n", []string{"existingSecrets"}},
 		{"a log level above 10 is refused", endpoint + "node:\n  logLevel: 11\n", []string{"/node/logLevel"}},
+		{"a resume wait that is not a duration is refused", endpoint + "node:\n  resumeWait: soon\n", []string{"/node/resumeWait"}},
 		{"an unknown log format is refused", endpoint + "logFormat: xml\n", []string{"/logFormat"}},
 		{"an unknown fsGroupPolicy is refused", endpoint + "csiDriver:\n  fsGroupPolicy: Always\n", []string{"/csiDriver/fsGroupPolicy"}},
 		{"a Mountpoint namespace that is not a DNS label is refused", endpoint + "mountpointPod:\n  namespace: Mount_S3\n", []string{"/mountpointPod/namespace"}},

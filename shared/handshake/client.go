@@ -7,7 +7,10 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 
@@ -17,9 +20,44 @@ import (
 // dialRetry is the pause between connection attempts while the mounter is not listening yet.
 const dialRetry = 20 * time.Millisecond
 
+// ErrNoAnswer is a mounter that received a connection and did not answer in time: it may still
+// be taking the connection over, so the connection is never sent to another one.
+var ErrNoAnswer = errors.New("the mounter did not answer")
+
 // MounterError is the mounter's own answer: it received the request and could not serve. Its
-// text is the mounter's, for the operator; errors of the exchange itself are not MounterErrors.
+// text is the mounter's, for the operator, made Printable; errors of the exchange itself are not
+// MounterErrors.
 type MounterError struct{ Message string }
+
+// newMounterError is the MounterError of an answer's error text.
+func newMounterError(text string) *MounterError { return &MounterError{Message: Printable(text)} }
+
+// MaxErrorText bounds the mounter's error text that reaches kubelet's Events and the bus.
+const MaxErrorText = 1024
+
+// Printable is text a Mountpoint Pod wrote, made fit for an Event, a log line or an event on the
+// bus: cut to MaxErrorText bytes (on a character boundary, marked with "…"), invalid UTF-8 and
+// control characters (newlines, escapes, which could forge log lines or terminal output)
+// replaced with U+FFFD.
+//
+// Problem: the pod controls that text (up to a frame, 64 KiB) and it was passed verbatim into
+// the workload's FailedMount Event and mount.failed.
+// Invariant: the result is valid UTF-8 of at most MaxErrorText bytes plus the marker, without
+// control characters.
+func Printable(text string) string {
+	var b strings.Builder
+	for _, r := range strings.ToValidUTF8(text, "\uFFFD") {
+		if unicode.IsControl(r) {
+			r = unicode.ReplacementChar
+		}
+		if b.Len()+utf8.RuneLen(r) > MaxErrorText {
+			b.WriteString("…")
+			break
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
 
 func (e *MounterError) Error() string { return "mounter: " + e.Message }
 
@@ -53,6 +91,18 @@ func SendTo(ctx context.Context, sockPath string, mounterUID int, fuse *os.File,
 // exchange sends req with files attached as SendTo does and returns the connection, open, when
 // the mounter answered; the mounter keeps it open while it serves.
 func exchange(ctx context.Context, sockPath string, mounterUID int, files []*os.File, req *Request) (*net.UnixConn, error) {
+	return exchangeWithin(ctx, ctx, 0, sockPath, mounterUID, files, req)
+}
+
+// exchangeWithin is exchange in which, once the request is sent, the wait for the answer is
+// bounded by answerWait from then, within base, instead of by ctx (answerWait 0: by ctx).
+//
+// Problem: a resume's request is sent once the next mounter listens, which may take most of the
+// time allowed to find it (a pod replaced, an image pulled); its answer comes after the replay
+// of every node id the kernel holds, which takes as long as the workloads walked far. One budget
+// for both failed large resumes that came late.
+// Solution: two budgets, the second starting when the request is sent.
+func exchangeWithin(ctx, base context.Context, answerWait time.Duration, sockPath string, mounterUID int, files []*os.File, req *Request) (*net.UnixConn, error) {
 	req.Version = Version
 	frame, err := EncodeFrame(req)
 	if err != nil {
@@ -67,7 +117,7 @@ func exchange(ctx context.Context, sockPath string, mounterUID int, files []*os.
 		return nil, err
 	}
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })
-	defer stop()
+	defer func() { stop() }()
 
 	fds := make([]int, len(files))
 	for i, f := range files {
@@ -81,12 +131,25 @@ func exchange(ctx context.Context, sockPath string, mounterUID int, files []*os.
 	if n != len(frame) || oobn != len(rights) {
 		return fail(fmt.Errorf("send mount request to %s: short write (%d of %d bytes)", sockPath, n, len(frame)))
 	}
+	if answerWait > 0 {
+		if !stop() {
+			return fail(fmt.Errorf("send mount request to %s: %w", sockPath, ctx.Err()))
+		}
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(base, answerWait,
+			fmt.Errorf("%w within %s of receiving the connection", ErrNoAnswer, answerWait))
+		defer cancel()
+		stop = context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })
+	}
 	var resp Response
 	if err := ReadFrame(conn, &resp); err != nil {
+		if cause := context.Cause(ctx); answerWait > 0 && errors.Is(cause, ErrNoAnswer) {
+			err = fmt.Errorf("%w: %w", cause, err)
+		}
 		return fail(fmt.Errorf("wait for the mounter's answer on %s: %w", sockPath, ctxErr(ctx, err)))
 	}
 	if resp.Error != "" {
-		return fail(&MounterError{Message: resp.Error})
+		return fail(newMounterError(resp.Error))
 	}
 	if !stop() {
 		return fail(fmt.Errorf("wait for the mounter's answer on %s: %w", sockPath, ctx.Err()))

@@ -1,6 +1,7 @@
 package handshake
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -20,6 +21,10 @@ import (
 // later after a back-off of 10 s, 20 s and so on.
 const DefaultResumeWait = time.Minute
 
+// DefaultReplayWait is how long a mounter that received a Kept connection may take to answer:
+// it replays what the kernel holds (a lookup per node id, an open per handle) before it serves.
+const DefaultReplayWait = 5 * time.Minute
+
 // waitCheck is how often a Kept connection waiting for a mounter checks that the comm dir of the
 // socket it waits on is still there (it goes with the Mountpoint Pod) and that the connection
 // still lives (the source was not unmounted meanwhile).
@@ -38,8 +43,9 @@ const waitCheck = 500 * time.Millisecond
 // (KeepOptions.Next: kubelet restarts a crashed container in the same Mountpoint Pod; a deleted
 // pod, whose mounter handed the mount over, is replaced by a new one), which takes the connection
 // over: the workloads see a pause, and the kernel resends what a dead mounter had taken.
-// Invariant: no connection stays without a server longer than ResumeWait: when no mounter takes
-// it over in time, or Next fails, or the new mounter refuses it, Kept closes its descriptors,
+// Invariant: no connection stays without a server longer than ResumeWait plus ReplayWait: when
+// no mounter received it within ResumeWait, or the one that did has not answered within
+// ReplayWait, or Next fails, or the new mounter refuses it, Kept closes its descriptors,
 // the connection ends, and the workloads get ENOTCONN, as without Kept, and the node-agent mounts
 // the source again on the next publish.
 type Kept struct {
@@ -49,6 +55,7 @@ type Kept struct {
 	req        *Request
 	log        logr.Logger
 	wait       time.Duration
+	replayWait time.Duration
 	resumed    func(Resumption)
 	next       func(ctx context.Context, handedOver bool) (string, error)
 
@@ -62,9 +69,12 @@ type Kept struct {
 type KeepOptions struct {
 	// Log receives the connection's life: each mounter that ended and took it over.
 	Log logr.Logger
-	// ResumeWait is how long a mounter may take to take the connection over; zero means
-	// DefaultResumeWait.
+	// ResumeWait is how long the next mounter may take to receive the connection (its pod
+	// replaced, its image pulled, its socket listening); zero means DefaultResumeWait.
 	ResumeWait time.Duration
+	// ReplayWait is how long the mounter that received the connection may take to answer (the
+	// replay of what the kernel holds); zero means DefaultReplayWait.
+	ReplayWait time.Duration
 	// Resumed, when set, is called after a new mounter took the connection over.
 	Resumed func(Resumption)
 	// Next, when set, returns the socket of the mounter to hand the connection to after the
@@ -152,7 +162,7 @@ func Reattach(ctx context.Context, sockPath string, mounterUID int, o KeepOption
 	}
 	switch {
 	case resp.Error != "":
-		return failFiles(&MounterError{Message: resp.Error})
+		return failFiles(newMounterError(resp.Error))
 	case len(files) != 2:
 		return failFiles(fmt.Errorf("reattach to %s: the answer carries %d descriptors, want 2", sockPath, len(files)))
 	case resp.Serving == nil:
@@ -162,6 +172,9 @@ func Reattach(ctx context.Context, sockPath string, mounterUID int, o KeepOption
 		return failFiles(fmt.Errorf("reattach to %s: %w", sockPath, err))
 	}
 	if err := checkKinds(files[0], files[1]); err != nil {
+		return failFiles(fmt.Errorf("reattach to %s: %w", sockPath, err))
+	}
+	if err := checkStateSize(files[1]); err != nil {
 		return failFiles(fmt.Errorf("reattach to %s: %w", sockPath, err))
 	}
 	if !stop() {
@@ -175,6 +188,27 @@ func Reattach(ctx context.Context, sockPath string, mounterUID int, o KeepOption
 
 // fuseDevice is /dev/fuse's device number (major 10, minor 229).
 var fuseDevice = unix.Mkdev(10, 229)
+
+// MaxStateSize is the largest state file handed to a mounter: what a connection whose kernel
+// holds a million node ids and open files records takes about a tenth of it.
+const MaxStateSize = 256 << 20
+
+// checkStateSize refuses a state file over MaxStateSize.
+//
+// Problem: the serving mounter, which a Mountpoint Pod runs, writes the state file; one that
+// grew it without bound had root pass it on, and the next mounter read it whole into memory.
+// Invariant: no state file over MaxStateSize reaches a mounter.
+func checkStateSize(state *os.File) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(state.Fd()), &st); err != nil { //nolint:gosec // descriptors fit
+		return fmt.Errorf("check the state file: %w", err)
+	}
+	if st.Size > MaxStateSize {
+		return fmt.Errorf("the state file holds %d bytes, more than the %d a connection's state takes: "+
+			"not handed to a mounter", st.Size, MaxStateSize)
+	}
+	return nil
+}
 
 // checkKinds checks that a mounter gave back a /dev/fuse descriptor and a regular file (the
 // state memfd), not anything else it could open.
@@ -200,7 +234,7 @@ func keep(ctx context.Context, sockPath string, mounterUID int, conn *net.UnixCo
 	watch, stop := context.WithCancel(context.WithoutCancel(ctx))
 	k := &Kept{
 		sockPath: sockPath, mounterUID: mounterUID, dev: dev, state: state, req: req, log: o.Log,
-		wait: o.ResumeWait, resumed: o.Resumed, next: o.Next, stop: stop, done: make(chan struct{}), conn: conn,
+		wait: o.ResumeWait, replayWait: cmp.Or(o.ReplayWait, DefaultReplayWait), resumed: o.Resumed, next: o.Next, stop: stop, done: make(chan struct{}), conn: conn,
 	}
 	if k.next == nil {
 		k.next = k.sameSocket
@@ -302,11 +336,15 @@ func (k *Kept) awaitEnd() (handedOver bool) {
 func (k *Kept) resume(ctx context.Context, handedOver bool) (*net.UnixConn, error) {
 	var checks sync.WaitGroup
 	defer checks.Wait() // the caller closes k.dev next
+	outer := ctx
 	ctx, cancel := context.WithTimeoutCause(ctx, k.wait, fmt.Errorf("no mounter took it over within %s", k.wait))
 	defer cancel()
 	ctx, unmounted := context.WithCancelCause(ctx)
 	defer unmounted(nil)
 	checks.Go(func() { watch(ctx, unmounted, errUnmounted, func() bool { return !Connected(k.dev) }) })
+	if err := checkStateSize(k.state); err != nil {
+		return nil, err
+	}
 	req := proto.CloneOf(k.req)
 	req.Resume = true
 	for {
@@ -324,7 +362,7 @@ func (k *Kept) resume(ctx context.Context, handedOver bool) (*net.UnixConn, erro
 				return errors.Is(err, os.ErrNotExist)
 			})
 		})
-		conn, err := exchange(attempt, sock, k.mounterUID, []*os.File{k.dev, k.state}, req)
+		conn, err := exchangeWithin(attempt, outer, k.replayWait, sock, k.mounterUID, []*os.File{k.dev, k.state}, req)
 		cause := context.Cause(attempt)
 		stop(nil)
 		var refused *MounterError
@@ -337,7 +375,7 @@ func (k *Kept) resume(ctx context.Context, handedOver bool) (*net.UnixConn, erro
 			continue
 		case cause != nil:
 			return nil, fmt.Errorf("%w: %w", cause, err)
-		case errors.As(err, &refused):
+		case errors.As(err, &refused), errors.Is(err, ErrNoAnswer):
 			return nil, err
 		}
 		// No mounter answered: the one whose listener took the connection was ending (its

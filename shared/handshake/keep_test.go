@@ -312,6 +312,14 @@ func TestReattachKeepsOnlyAFUSEDescriptorAndAStateFile(t *testing.T) {
 	}
 	defer unix.Close(pipe[0])
 	defer unix.Close(pipe[1])
+	huge, err := unix.MemfdCreate("huge-state", unix.MFD_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(huge)
+	if err := unix.Ftruncate(huge, handshake.MaxStateSize+1); err != nil {
+		t.Fatal(err)
+	}
 	valid := &handshake.Request{Version: handshake.Version, Bucket: "b", MaxRead: 1 << 20}
 	for _, tc := range []struct {
 		name    string
@@ -324,6 +332,7 @@ func TestReattachKeepsOnlyAFUSEDescriptorAndAStateFile(t *testing.T) {
 		{"a pipe instead of the state file", []int{int(fuse.Fd()), pipe[0]}, valid, false},
 		{"one descriptor", []int{int(fuse.Fd())}, valid, false},
 		{"an invalid request", []int{int(fuse.Fd()), state}, &handshake.Request{Version: handshake.Version}, false},
+		{"a state file over MaxStateSize", []int{int(fuse.Fd()), huge}, valid, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sock := filepath.Join(t.TempDir(), "mount.sock")
@@ -353,4 +362,64 @@ func TestReattachKeepsOnlyAFUSEDescriptorAndAStateFile(t *testing.T) {
 			}
 		})
 	}
+}
+
+// acceptResume takes the resume request on m and answers it after delay (never, when negative);
+// it returns when the answer is sent or the test ends.
+func (m *fakeMounter) acceptResume(t *testing.T, delay time.Duration) {
+	conn, err := m.ln.AcceptUnix()
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	var req handshake.Request
+	fds, err := handshake.Receive(conn, &req)
+	for _, fd := range fds {
+		defer unix.Close(fd)
+	}
+	if err != nil || !req.Resume {
+		t.Errorf("the next mounter got %v, %v; want a resume request", &req, err)
+		return
+	}
+	if delay < 0 {
+		_, _ = conn.Read(make([]byte, 1)) // until the keeper gives up
+		return
+	}
+	time.Sleep(delay)
+	frame, _ := handshake.EncodeFrame(&handshake.Response{Version: handshake.Version})
+	_, _ = conn.Write(frame)
+	_, _ = conn.Read(make([]byte, 1)) // serve until the test ends
+}
+
+// A resume's replay is budgeted apart from the wait for the next mounter: a mounter that
+// listens late in ResumeWait and answers after more than ResumeWait (a long replay) takes the
+// connection over; one that never answers ends it after ReplayWait, and the connection is not
+// sent to another mounter meanwhile.
+func TestAResumeBudgetsTheReplayApartFromTheWaitForTheNextMounter(t *testing.T) {
+	t.Run("a long replay", func(t *testing.T) {
+		resumed := make(chan handshake.Resumption, 1)
+		_, sock, _, a := firstMounter(t, handshake.KeepOptions{ResumeWait: 500 * time.Millisecond, ReplayWait: 10 * time.Second,
+			Resumed: func(r handshake.Resumption) { resumed <- r }})
+		a.die()
+		time.Sleep(300 * time.Millisecond)
+		next := listenFake(t, sock)
+		go next.acceptResume(t, 1500*time.Millisecond)
+		select {
+		case <-resumed:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the next mounter, which answered 1.5 s after receiving the connection, did not take it over")
+		}
+	})
+	t.Run("no answer", func(t *testing.T) {
+		_, sock, k, a := firstMounter(t, handshake.KeepOptions{ResumeWait: 5 * time.Second, ReplayWait: 500 * time.Millisecond})
+		a.die()
+		next := listenFake(t, sock)
+		go next.acceptResume(t, -1)
+		waitDone(t, k, 5*time.Second, "when the mounter that received it never answered")
+		_ = next.ln.SetDeadline(time.Now().Add(time.Second))
+		if conn, err := next.ln.AcceptUnix(); err == nil {
+			_ = conn.Close()
+			t.Fatal("the connection was sent again after a mounter that received it did not answer")
+		}
+	})
 }

@@ -440,3 +440,40 @@ func sameState(a, b *state) bool {
 	}
 	return true
 }
+
+// A journal that names an absurd file handle (written by a compromised mounter) is refused at
+// once by the next one, which would otherwise fill the gap below it one placeholder at a time
+// until it ran out of memory.
+func TestResumeRefusesAHostileJournalAtOnce(t *testing.T) {
+	c := mountConnection(t)
+	c.start(false)
+	if _, err := os.Stat(filepath.Join(c.dir, "big")); err != nil {
+		t.Fatal(err)
+	}
+	st, err := c.journal.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostile := openRec(1<<40, &handle{node: rootID, dir: true})
+	if _, err := c.journal.WriteAt(frame(nil, hostile), st.Size()); err != nil {
+		t.Fatal(err)
+	}
+	dup, err := unix.Dup(int(c.dev.Fd()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = unix.Close(dup) }()
+	done := make(chan error, 1)
+	go func() {
+		_, err := Resume(dup, newTestFS("", 0), testMountOptions(), Options{Journal: c.journal})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "file handle") {
+			t.Fatalf("resume from a journal naming handle 2^40: %v, want a refusal", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("resume from a journal naming handle 2^40 still runs after 20 s")
+	}
+}

@@ -8,6 +8,8 @@ import (
 	"os"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/s3csi/s3csi/shared/handshake"
 )
 
 // The journal is a file (a memfd in production) that records what the kernel holds of a FUSE
@@ -133,6 +135,9 @@ func readJournal(f *os.File) ([][]byte, *journal, error) {
 	}
 	if st.Size() < headerSize {
 		return nil, nil, ErrNoJournal
+	}
+	if st.Size() > handshake.MaxStateSize {
+		return nil, nil, fmt.Errorf("journal of %d bytes, more than the %d a connection's state takes", st.Size(), handshake.MaxStateSize)
 	}
 	h := make([]byte, 16)
 	if _, err := f.ReadAt(h, 0); err != nil {

@@ -128,6 +128,10 @@ func (c *Conn) lookupAgain(parent, id uint64, name string) bool {
 	return false
 }
 
+// maxHandle bounds the file handle numbers a journal may name: the filesystem numbers handles
+// with the lowest free number first, so a number over a million means a million open files.
+const maxHandle = 1 << 20
+
 // replayHandles opens every handle again in handle order. The filesystem numbers handles with the
 // lowest free number first, so each gap and each handle that cannot be restored is filled with a
 // placeholder (the root directory, opened): the gaps' are released at the end, a stale handle's
@@ -138,6 +142,11 @@ func (c *Conn) replayHandles(files map[uint64]*handle) error {
 		fhs = append(fhs, fh)
 	}
 	sort.Slice(fhs, func(a, b int) bool { return fhs[a] < fhs[b] })
+	if len(fhs) > 0 && fhs[len(fhs)-1] > maxHandle {
+		// Gaps are filled one placeholder at a time: a journal naming handle 2^40 made the
+		// resuming server loop until it ran out of memory.
+		return fmt.Errorf("the journal names file handle %d, more than the %d a connection has open", fhs[len(fhs)-1], maxHandle)
+	}
 	var gaps []uint64
 	next := uint64(1)
 	for _, fh := range fhs {

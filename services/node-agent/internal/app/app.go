@@ -133,6 +133,7 @@ func newService(ctx context.Context, opts *options.Options, cfg *rest.Config) (*
 		Region: opts.S3Region, EndpointURL: opts.S3EndpointURL, PathStyle: opts.S3PathStyle,
 		LegacyTokenFile: opts.LegacyTokenFile, Unbound: s.cleaner.Unbound,
 		DeadSource: s.health.Report, Replaced: s.health.Replaced,
+		ResumeWait: opts.ResumeWait, ReplayWait: opts.ReplayWait,
 	}, waiter, pods, locks, sink, m)
 	s.grpc = csi.NewGRPCServer(opts.CSIEndpoint, s.server, log.WithName("csi"), m)
 	if opts.RegisterWithKubelet {

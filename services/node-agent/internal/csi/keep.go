@@ -27,7 +27,7 @@ func (s *Server) keepOptions(ctx context.Context, mp string, serving types.UID, 
 	log := logr.FromContextOrDiscard(ctx)
 	last := serving // Kept calls Next from one goroutine
 	return handshake.KeepOptions{
-		Log: log, ResumeWait: s.cfg.ResumeWait,
+		Log: log, ResumeWait: s.cfg.ResumeWait, ReplayWait: s.cfg.ReplayWait,
 		Next: func(ctx context.Context, handedOver bool) (string, error) {
 			var except types.UID
 			if handedOver {

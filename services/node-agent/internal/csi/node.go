@@ -88,9 +88,11 @@ type Config struct {
 	// still hold the dead mount and must be told (health.Monitor.Report).
 	DeadSource func(ctx context.Context, mountpointPod, exceptPodUID string)
 	// ResumeWait is how long the FUSE connection of a source whose mounter ended waits for the
-	// mounter kubelet starts next in the same Mountpoint Pod to take it over (handshake.Kept);
-	// zero means handshake.DefaultResumeWait.
+	// next mounter to receive it (handshake.Kept); zero means handshake.DefaultResumeWait.
 	ResumeWait time.Duration
+	// ReplayWait is how long that mounter may take to answer (handshake.KeepOptions); zero means
+	// handshake.DefaultReplayWait.
+	ReplayWait time.Duration
 	// Replaced, when set, is called when the mounter of a Mountpoint Pod ended and the next one
 	// took its mount over (health.Monitor.Replaced).
 	Replaced func(ctx context.Context, mountpointPod string, r handshake.Resumption)

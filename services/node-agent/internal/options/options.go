@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/s3csi/s3csi/shared/handshake"
 	"github.com/s3csi/s3csi/shared/mppod"
 	"github.com/s3csi/s3csi/shared/servicecmd"
 
@@ -51,6 +52,12 @@ type Options struct {
 	// HealthPeriod is how often every source mount is checked for a dead FUSE connection: a
 	// crashed mounter is reported (mount.failed, Warning Events) within it.
 	HealthPeriod time.Duration
+	// ResumeWait is how long a source whose mounter ended waits for the next mounter to receive
+	// its FUSE connection (a Mountpoint Pod replaced, its image pulled).
+	ResumeWait time.Duration
+	// ReplayWait is how long the mounter that received the connection may take to answer, the
+	// replay of what the kernel holds included.
+	ReplayWait time.Duration
 	// LegacyTokenFile is the driver's web identity token, copied on republish to where mount-s3
 	// processes of the v1 (systemd) mounter read it. Defaults to $AWS_WEB_IDENTITY_TOKEN_FILE.
 	LegacyTokenFile string
@@ -97,6 +104,8 @@ func New() *Options {
 		S3PathStyle:            true,
 		S3Region:               envOr("AWS_REGION", "us-east-1"),
 		RegisterWithKubelet:    true,
+		ResumeWait:             handshake.DefaultResumeWait,
+		ReplayWait:             handshake.DefaultReplayWait,
 		RemoveStartupTaint:     true,
 		DriverCredentials: credentials.Static{
 			AccessKeyID:     os.Getenv("AWS_ACCESS_KEY_ID"),
@@ -127,6 +136,10 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.LegacyTokenFile, "legacy-token-file", o.LegacyTokenFile,
 		"web identity token refreshed on republish for mounts of the v1 systemd mounter (env AWS_WEB_IDENTITY_TOKEN_FILE)")
 	fs.DurationVar(&o.HealthPeriod, "health-period", o.HealthPeriod, "how often source mounts are checked for a dead FUSE connection")
+	fs.DurationVar(&o.ResumeWait, "resume-wait", o.ResumeWait,
+		"how long a mount whose mounter ended waits for the next mounter to receive it before its workloads get ENOTCONN")
+	fs.DurationVar(&o.ReplayWait, "replay-wait", o.ReplayWait,
+		"how long the mounter that received a mount may take to replay what the kernel holds and answer")
 	fs.StringVar(&o.S3EndpointURL, "s3-endpoint-url", o.S3EndpointURL, "S3 endpoint of every Mountpoint Pod (env AWS_ENDPOINT_URL)")
 	fs.BoolVar(&o.S3PathStyle, "s3-path-style", o.S3PathStyle, "address buckets as <endpoint>/<bucket> rather than <bucket>.<host>")
 	fs.StringVar(&o.S3Region, "s3-region", o.S3Region, "S3 region (env AWS_REGION)")
@@ -160,6 +173,12 @@ func (o *Options) Validate() error {
 	}
 	if o.HealthPeriod < 100*time.Millisecond {
 		errs = append(errs, fmt.Errorf("--health-period must be at least 100ms, got %s", o.HealthPeriod))
+	}
+	if o.ResumeWait < time.Second {
+		errs = append(errs, fmt.Errorf("--resume-wait must be at least 1s, got %s", o.ResumeWait))
+	}
+	if o.ReplayWait < time.Second {
+		errs = append(errs, fmt.Errorf("--replay-wait must be at least 1s, got %s", o.ReplayWait))
 	}
 	if o.CleanupPeriod < time.Second {
 		errs = append(errs, fmt.Errorf("--cleanup-period must be at least 1s, got %s", o.CleanupPeriod))

@@ -20,6 +20,8 @@ func TestValidate(t *testing.T) {
 		{Name: "a zero API request rate is rejected", Modify: func(o *Options) { o.KubeAPIQPS = 0 }, WantErr: []string{"--kube-api-qps"}},
 		{Name: "a zero attachment re-read period is rejected", Modify: func(o *Options) { o.AttachmentRereadPeriod = 0 }, WantErr: []string{"--attachment-reread-period"}},
 		{Name: "a health period under 100ms is rejected", Modify: func(o *Options) { o.HealthPeriod = time.Millisecond }, WantErr: []string{"--health-period"}},
+		{Name: "a resume wait under 1s is rejected", Modify: func(o *Options) { o.ResumeWait = 0 }, WantErr: []string{"--resume-wait"}},
+		{Name: "a replay wait under 1s is rejected", Modify: func(o *Options) { o.ReplayWait = time.Millisecond }, WantErr: []string{"--replay-wait"}},
 		{Name: "a sub-second cleanup period is rejected", Modify: func(o *Options) { o.CleanupPeriod = time.Millisecond }, WantErr: []string{"--cleanup-period"}},
 		{Name: "an S3 endpoint without a scheme is rejected", Modify: func(o *Options) { o.S3EndpointURL = "s3.example.com" }, WantErr: []string{"--s3-endpoint-url"}},
 		{Name: "an invalid mountpoint namespace is rejected", Modify: func(o *Options) { o.MountpointNamespace = "Mount_S3" }, WantErr: []string{"--mountpoint-namespace"}},
@@ -49,6 +51,8 @@ func TestAddFlags(t *testing.T) {
 					AttachmentRereadPeriod: 2 * time.Second,
 					CleanupPeriod:          time.Minute,
 					HealthPeriod:           5 * time.Second,
+					ResumeWait:             time.Minute,
+					ReplayWait:             5 * time.Minute,
 					S3Region:               "us-east-1",
 					S3PathStyle:            true,
 					RegisterWithKubelet:    true,
@@ -73,6 +77,7 @@ func TestAddFlags(t *testing.T) {
 				"--admin-address=127.0.0.1:9000", "--nats-url=nats://n:4222", "--kubelet-dir=/k8s/kubelet",
 				"--csi-endpoint=unix:///tmp/n.sock", "--kubeconfig=/k", "--log-format=text", "-v=4",
 				"--mountpoint-namespace=mp", "--attachment-reread-period=3s", "--cleanup-period=5m", "--health-period=2s", "--legacy-token-file=/t",
+				"--resume-wait=3m", "--replay-wait=10m",
 				"--s3-endpoint-url=https://s3.example.com", "--s3-region=eu-west-1", "--s3-path-style=false",
 				"--register-with-kubelet=false", "--remove-startup-taint=false", "--kube-api-qps=20", "--kube-api-burst=40",
 			},
@@ -88,6 +93,8 @@ func TestAddFlags(t *testing.T) {
 				o.AttachmentRereadPeriod = 3 * time.Second
 				o.CleanupPeriod = 5 * time.Minute
 				o.HealthPeriod = 2 * time.Second
+				o.ResumeWait = 3 * time.Minute
+				o.ReplayWait = 10 * time.Minute
 				o.LegacyTokenFile = "/t"
 				o.S3EndpointURL = "https://s3.example.com"
 				o.S3Region = "eu-west-1"
