@@ -1,6 +1,6 @@
-// Package mountargs parses and renders mount-s3's command line, so that the Mountpoint Pod's
-// mounter, the node-agent's mount-option policy and the pod reconciler agree on one meaning of a
-// PersistentVolume's mountOptions.
+// Package mountargs parses and renders mount-s3's command line for s3csi-mounter, the Mountpoint
+// Pod's mounter. The node-agent's mount-option policy (services/node-agent/internal/mountopts)
+// is checked against it by a test: every option the policy lets through parses here.
 //
 // Two input forms exist. A command line (Parse) is `[OPTIONS] BUCKET DIRECTORY` as mount-s3
 // accepts it. A PersistentVolume's mountOptions (ParseMountOptions) are options only, each entry

@@ -1,8 +1,8 @@
 // Package sharingkey derives the sharing key of a workload's volume: the fields on which
 // workloads must agree to share one Mountpoint Pod, and under which a MountpointS3PodAttachment
 // (S3PA) records them. The pod-reconciler derives it to find or create the S3PA of a workload;
-// the node-agent derives it to find the S3PA that serves a NodePublishVolume. Both must derive
-// the same key from the same objects, so the derivation lives here and nowhere else.
+// the node-agent derives none: it finds the S3PA that serves a NodePublishVolume by node, volume
+// and the workload's UID recorded in it.
 //
 // Normalisation is deliberately minimal so that attachments written by the Scality CSI Driver
 // for S3 v2 keep matching:
