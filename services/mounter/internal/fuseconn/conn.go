@@ -64,6 +64,7 @@ type Conn struct {
 	wakeMu   sync.Mutex
 	wake     int // eventfd that Stop signals to end the loop; -1 once closed
 	inflight sync.WaitGroup
+	holds    holds
 	done     chan struct{}
 	err      error // why the loop ended; read after done
 
@@ -229,6 +230,12 @@ func (c *Conn) serve(bp *[]byte, n int) {
 		_ = c.write(errorReply(h.unique, syscall.ENOSYS))
 		return
 	}
+	if opensForWriting(h.opcode, req) {
+		if !c.holds.pass() {
+			return // held until the server stopped: the kernel resends it to the next one
+		}
+		defer c.holds.served()
+	}
 	if v := c.st.admit(h, req); v.reply {
 		_ = c.write(errorReply(h.unique, v.errno))
 		return
@@ -290,10 +297,12 @@ func (c *Conn) write(b []byte) error {
 	}
 }
 
-// Stop stops reading requests and returns once every request read has been answered: the
-// connection stays with whoever holds its descriptor, for a server that Resumes it. Wait then
-// returns ErrStopped.
+// Stop stops reading requests and returns once every request read has been answered, except
+// write opens held (HoldWriteOpens), which the kernel resends to the next server: the connection
+// stays with whoever holds its descriptor, for a server that Resumes it. Wait then returns
+// ErrStopped.
 func (c *Conn) Stop() {
+	c.holds.end(true)
 	c.wakeMu.Lock()
 	if c.wake >= 0 {
 		_, _ = unix.Write(c.wake, le.AppendUint64(nil, 1))

@@ -477,3 +477,57 @@ func TestResumeRefusesAHostileJournalAtOnce(t *testing.T) {
 		t.Fatal("resume from a journal naming handle 2^40 still runs after 20 s")
 	}
 }
+
+// A write open that arrives while a hand-over is prepared waits, is left unanswered by the
+// server that stops, and is served by the next one: the application sees a pause, never a file
+// opened by a server that is going (which failed with ESTALE under the next one).
+func TestAWriteOpenHeldDuringAHandOverIsServedByTheNextServer(t *testing.T) {
+	c := mountConnection(t)
+	a := c.start(false)
+	if _, err := os.Stat(filepath.Join(c.dir, "big")); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	if line, _ := a.stdout.ReadString('\n'); line != "holding\n" {
+		t.Fatalf("the server did not start holding: %q", line)
+	}
+	opened := make(chan error, 1)
+	go func() {
+		f, err := os.OpenFile(filepath.Join(c.dir, "big"), os.O_WRONLY, 0)
+		if err == nil {
+			_, err = f.Write([]byte("x"))
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+		}
+		opened <- err
+	}()
+	select {
+	case err := <-opened:
+		t.Fatalf("a write open went through the hold: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	b := c.spawn(true)
+	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-a.exited; err != nil {
+		t.Fatalf("the stopped server failed: %v, stderr: %s", err, a.stderr)
+	}
+	select {
+	case err := <-opened:
+		t.Fatalf("the held write open was answered by the server that stopped: %v", err)
+	default:
+	}
+	b.begin()
+	select {
+	case err := <-opened:
+		if err != nil {
+			t.Fatalf("the held write open, served by the next server: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the held write open was not served by the next server within 10 s")
+	}
+}

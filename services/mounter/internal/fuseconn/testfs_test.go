@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"os"
+	"os/signal"
 	"strings"
 	"syscall"
 	"time"
@@ -190,6 +191,14 @@ func serverMain() int {
 		fmt.Fprintln(os.Stderr, "resume:", err)
 	}
 	_, _ = os.Stdout.WriteString("serving\n")
+	hold := make(chan os.Signal, 1)
+	signal.Notify(hold, syscall.SIGUSR1)
+	go func() {
+		for range hold {
+			c.HoldWriteOpens()
+			_, _ = os.Stdout.WriteString("holding\n")
+		}
+	}()
 	sig := make(chan os.Signal, 1)
 	signalNotify(sig)
 	go func() {

@@ -266,16 +266,27 @@ const handOverCheck = 100 * time.Millisecond
 // HandOver stops serving (Stop) once no file is open for writing and ready reports true, and
 // serves as before until then: an upload lives in this process, and the server that takes the
 // connection over could only fail it; ready is whoever holds the connection for that server
-// being there. waiting, when set, is called once with the number of files open for writing when
-// there are any. It returns when the server stopped or its connection ended, or with ctx's error
-// when ctx ends first.
+// being there. From the start, new opens for writing wait (fuseconn's HoldWriteOpens) and are
+// served by the next server; HandOver stops once the ones already being served are answered
+// too, so no file is opened for writing by a server that is going. waiting, when set, is called
+// once with the number of files open for writing when there are any. It returns when the server
+// stopped or its connection ended, or with ctx's error when ctx ends first (the held opens are
+// then served here).
 func (m *Mounted) HandOver(ctx context.Context, waiting func(writers int), ready func() bool) error {
 	t := time.NewTicker(handOverCheck)
 	defer t.Stop()
+	m.conn.HoldWriteOpens()
+	stopped := false
+	defer func() {
+		if !stopped {
+			m.conn.ReleaseWriteOpens()
+		}
+	}()
 	told := false
 	for {
 		n := m.conn.Writers()
-		if n == 0 && ready() {
+		if n == 0 && m.conn.Opening() == 0 && m.conn.Writers() == 0 && ready() {
+			stopped = true
 			m.Stop()
 			return nil
 		}
