@@ -13,7 +13,6 @@ package commdir
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"strconv"
 
@@ -112,35 +111,6 @@ func (d *Dir) WriteFile(name string, data []byte, perm uint32) error {
 	}
 	renamed = true
 	return nil
-}
-
-// ReadFile returns the content of the regular file name in d, refusing a symlink or anything
-// but a regular file at name, and a file of more than limit bytes.
-func (d *Dir) ReadFile(name string, limit int64) ([]byte, error) {
-	fd, err := d.openat(name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, err
-	}
-	f := os.NewFile(uintptr(fd), d.Name()+"/"+name) //nolint:gosec // descriptors are not negative
-	defer func() { _ = f.Close() }()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("read %s in %s: %w", name, d.Name(), err)
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("read %s in %s: %w: not a regular file", name, d.Name(), ErrUnsafe)
-	}
-	if st.Size() > limit {
-		return nil, fmt.Errorf("read %s in %s: %d bytes, at most %d", name, d.Name(), st.Size(), limit)
-	}
-	data, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, fmt.Errorf("read %s in %s: %w", name, d.Name(), err)
-	}
-	if int64(len(data)) > limit {
-		return nil, fmt.Errorf("read %s in %s: more than %d bytes", name, d.Name(), limit)
-	}
-	return data, nil
 }
 
 func (d *Dir) createTemp(name string, perm uint32) (string, int, error) {

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -123,11 +124,26 @@ func Keep(ctx context.Context, sockPath string, mounterUID int, fuse *os.File, r
 	return keep(ctx, sockPath, mounterUID, conn, dev, state, req, o), nil
 }
 
+// ErrAnswerDiffers is the error of a Reattach whose mounter answered with a request other than the
+// one the caller recorded sending it.
+var ErrAnswerDiffers = errors.New("the mounter answered with a request other than the one it was sent")
+
 // Reattach asks the mounter serving at sockPath for its request and its /dev/fuse and state
 // descriptors, and keeps them as Keep does: for a node-agent that restarted, so that the mounter
 // ending, or handing the mount over, does not end its workloads' mount. The mounter answers only
-// the uid that sent its mount request. The request it returns is checked like any request.
-func Reattach(ctx context.Context, sockPath string, mounterUID int, o KeepOptions) (*Kept, error) {
+// the uid that sent its mount request.
+//
+// Problem: the mounter runs in a Mountpoint Pod, which parses data others wrote and may be
+// compromised; a request taken back from it (another bucket, endpoint or option) would be sent
+// by root to every mounter that replaces it, fresh keys included, for the life of the source.
+// Solution: the caller passes sent, the request it recorded sending that mounter (Keep's req);
+// an answer naming any other request is refused with ErrAnswerDiffers, and the Kept connection
+// only ever sends sent.
+// Invariant: a Kept connection sends the next mounter only what its keeper recorded itself.
+func Reattach(ctx context.Context, sockPath string, mounterUID int, sent *Request, o KeepOptions) (*Kept, error) {
+	if sent == nil {
+		return nil, errors.New("reattach: no record of the request sent to the mounter")
+	}
 	conn, err := connect(ctx, sockPath, mounterUID)
 	if err != nil {
 		return nil, err
@@ -168,8 +184,9 @@ func Reattach(ctx context.Context, sockPath string, mounterUID int, o KeepOption
 	case resp.Serving == nil:
 		return failFiles(fmt.Errorf("reattach to %s: the answer names no request", sockPath))
 	}
-	if err := ValidateRequest(resp.Serving); err != nil {
-		return failFiles(fmt.Errorf("reattach to %s: %w", sockPath, err))
+	if fields := differing(resp.Serving, sent); len(fields) > 0 {
+		return failFiles(fmt.Errorf("reattach to %s: %w (%s differ): refused, the connection is left to that mounter alone",
+			sockPath, ErrAnswerDiffers, strings.Join(fields, ", ")))
 	}
 	if err := checkKinds(files[0], files[1]); err != nil {
 		return failFiles(fmt.Errorf("reattach to %s: %w", sockPath, err))
@@ -181,9 +198,30 @@ func Reattach(ctx context.Context, sockPath string, mounterUID int, o KeepOption
 		return failFiles(fmt.Errorf("reattach to %s: %w", sockPath, ctx.Err()))
 	}
 	_ = conn.SetDeadline(time.Time{})
-	req := resp.Serving
+	req := proto.CloneOf(sent)
 	req.Resume = false
 	return keep(ctx, sockPath, mounterUID, conn, files[0], files[1], req, o), nil
+}
+
+// differing names the fields of the request a mounter says it serves that differ from the
+// request it was sent (Resume aside), never their values: they came from the mounter.
+func differing(got, sent *Request) []string {
+	var fields []string
+	g, w := got.ProtoReflect(), sent.ProtoReflect()
+	fds := w.Descriptor().Fields()
+	for i := range fds.Len() {
+		fd := fds.Get(i)
+		if fd.Name() == "resume" {
+			continue
+		}
+		if !g.Get(fd).Equal(w.Get(fd)) || g.Has(fd) != w.Has(fd) {
+			fields = append(fields, string(fd.Name()))
+		}
+	}
+	if len(g.GetUnknown()) > 0 {
+		fields = append(fields, "unknown fields")
+	}
+	return fields
 }
 
 // fuseDevice is /dev/fuse's device number (major 10, minor 229).

@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-logr/logr/testr"
 	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/s3csi/s3csi/shared/handshake"
 	"github.com/s3csi/s3csi/shared/mount"
@@ -293,8 +294,8 @@ func dev2(t *testing.T, r *taken) *os.File {
 }
 
 // A restarted node-agent gets the connection back from the mounter (Reattach), which is outside
-// its trust: what comes back must be a /dev/fuse descriptor, a regular state file and a valid
-// request, or nothing is kept.
+// its trust: what comes back must be a /dev/fuse descriptor, a regular state file and the very
+// request the node-agent recorded sending, or nothing is kept.
 func TestReattachKeepsOnlyAFUSEDescriptorAndAStateFile(t *testing.T) {
 	fuse, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0)
 	if err != nil {
@@ -320,7 +321,13 @@ func TestReattachKeepsOnlyAFUSEDescriptorAndAStateFile(t *testing.T) {
 	if err := unix.Ftruncate(huge, handshake.MaxStateSize+1); err != nil {
 		t.Fatal(err)
 	}
-	valid := &handshake.Request{Version: handshake.Version, Bucket: "b", MaxRead: 1 << 20}
+	valid := &handshake.Request{Version: handshake.Version, Bucket: "b", MaxRead: 1 << 20,
+		Args: []string{"--read-only"}, Env: []string{"AWS_PROFILE=s3csi", "AWS_ENDPOINT_URL=https://ring.example"}}
+	hostile := func(change func(r *handshake.Request)) *handshake.Request {
+		r := proto.CloneOf(valid)
+		change(r)
+		return r
+	}
 	for _, tc := range []struct {
 		name    string
 		fds     []int
@@ -332,6 +339,15 @@ func TestReattachKeepsOnlyAFUSEDescriptorAndAStateFile(t *testing.T) {
 		{"a pipe instead of the state file", []int{int(fuse.Fd()), pipe[0]}, valid, false},
 		{"one descriptor", []int{int(fuse.Fd())}, valid, false},
 		{"an invalid request", []int{int(fuse.Fd()), state}, &handshake.Request{Version: handshake.Version}, false},
+		{"another bucket", []int{int(fuse.Fd()), state}, hostile(func(r *handshake.Request) { r.Bucket = "attacker" }), false},
+		{"an endpoint option", []int{int(fuse.Fd()), state}, hostile(func(r *handshake.Request) {
+			r.Args = append(r.Args, "--endpoint-url=http://evil.example", "--profile=evil")
+		}), false},
+		{"another endpoint", []int{int(fuse.Fd()), state}, hostile(func(r *handshake.Request) {
+			r.Env = []string{"AWS_PROFILE=s3csi", "AWS_ENDPOINT_URL=http://evil.example"}
+		}), false},
+		{"other profile files", []int{int(fuse.Fd()), state}, hostile(func(r *handshake.Request) { r.CredentialsFile = "planted" }), false},
+		{"a resume flag", []int{int(fuse.Fd()), state}, hostile(func(r *handshake.Request) { r.Resume = true }), true},
 		{"a state file over MaxStateSize", []int{int(fuse.Fd()), huge}, valid, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -353,11 +369,17 @@ func TestReattachKeepsOnlyAFUSEDescriptorAndAStateFile(t *testing.T) {
 			}()
 			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 			defer cancel()
-			k, err := handshake.Reattach(ctx, sock, os.Getuid(), handshake.KeepOptions{Log: testr.New(t)})
+			k, err := handshake.Reattach(ctx, sock, os.Getuid(), valid, handshake.KeepOptions{Log: testr.New(t)})
 			if (err == nil) != tc.kept {
 				t.Fatalf("Reattach: %v; want kept %t", err, tc.kept)
 			}
+			if tc.serving != valid && !tc.kept && len(tc.fds) == 2 && tc.fds[1] == state && !errors.Is(err, handshake.ErrAnswerDiffers) {
+				t.Errorf("Reattach of an answer naming another request: %v; want ErrAnswerDiffers", err)
+			}
 			if k != nil {
+				if got := k.Request(); !proto.Equal(got, valid) {
+					t.Errorf("the kept request is %v; want the one sent, %v", got, valid)
+				}
 				k.Close()
 			}
 		})

@@ -4,12 +4,39 @@
 // <comm>/mount.sock and sends one Request with the /dev/fuse file and a state file attached
 // (SCM_RIGHTS). The mounter starts the filesystem on that file and answers one Response on the
 // same connection: success once the filesystem serves, or the error text; it keeps the
-// connection open while it serves. The node-agent keeps both files (Keep) and sends the request
-// again, with Resume, to the mounter that replaces one that died. The messages are defined in
+// connection open while it serves. The messages are defined in
 // proto/s3csi/mount/v1/handshake.proto; each frame is a 4-byte big-endian length and the
 // message's protobuf encoding, which carries a version, so either side can refuse what it does
 // not understand. Requests never carry secrets: credentials travel as AWS profile files in the
 // comm dir, named by paths relative to it.
+//
+// # The hand-over
+//
+// The node-agent keeps a copy of both files for as long as the source is mounted (Kept), so that
+// a mounter that ends does not end its workloads' mount. One word per act, in code and docs:
+// keep (hold the copies), end (the serving mounter's handshake connection closes: it died, or
+// it handed the mount over because its pod is going), resume (send the kept files and the same
+// request, with Resume, to the next mounter, which replays what the kernel holds), reattach (a
+// node-agent that restarted asks the serving mounter for the files again) and close (let the
+// copies go: the connection ends with them). The states of a Kept connection:
+//
+//	state             | event                                          | next state
+//	------------------+------------------------------------------------+------------------
+//	(none)            | Keep: the first mounter answers success        | serving
+//	(none)            | Reattach: the answer names the recorded request| serving
+//	serving           | the mounter ends, the source still mounted     | waiting
+//	serving           | the mounter ends, the source unmounted         | closed
+//	waiting           | a next mounter received the files (ResumeWait) | replaying
+//	waiting           | its Mountpoint Pod goes first                  | waiting (next pod)
+//	waiting           | ResumeWait passes, or the source is unmounted  | closed
+//	replaying         | the mounter answers success (ReplayWait)       | serving (resumed)
+//	replaying         | it refuses, or does not answer in ReplayWait   | closed
+//	any               | Close                                          | closed
+//
+// The mounter side (services/mounter) serves, ends with or without a hand-over, and answers a
+// reattach only to the uid that sent its request; the node-agent sends only what it recorded
+// sending (Reattach refuses an answer naming any other request), and trusts neither the
+// descriptors, the state file's size nor the error text a mounter gives back.
 package handshake
 
 import (

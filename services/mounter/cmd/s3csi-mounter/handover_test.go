@@ -83,12 +83,13 @@ func TestAMounterIsReplacedUnderItsReaders(t *testing.T) {
 				}
 				opts.Next = func(context.Context, bool) (string, error) { return filepath.Join(nextDir, mppod.MountSockName), nil }
 			}
-			source, kept := pod.keep(ctx, t, false, pod.bucketRequest(t, s, "--force-path-style"), opts)
+			sent := pod.bucketRequest(t, s, "--force-path-style")
+			source, kept := pod.keep(ctx, t, false, sent, opts)
 			var err error
 			if tc.reattached {
 				kept.Close() // the node-agent restarts: its copies go
 				sock := filepath.Join(pod.commDir, mppod.MountSockName)
-				if kept, err = handshake.Reattach(ctx, sock, os.Getuid(), opts); err != nil {
+				if kept, err = handshake.Reattach(ctx, sock, os.Getuid(), sent, opts); err != nil {
 					t.Fatalf("reattach: %v; mounter output:\n%s", err, pod.output.String())
 				}
 				t.Cleanup(kept.Close)
@@ -326,7 +327,8 @@ func TestAMounterWhoseKeeperIsGoneHandsOverOnceANodeAgentReattaches(t *testing.T
 	}
 	bin := buildWorldExecutable(t)
 	pod := startPodMounter(t, bin, "")
-	source, kept := pod.keep(t.Context(), t, false, pod.bucketRequest(t, s, "--force-path-style"), handshake.KeepOptions{Log: testr.New(t)})
+	sent := pod.bucketRequest(t, s, "--force-path-style")
+	source, kept := pod.keep(t.Context(), t, false, sent, handshake.KeepOptions{Log: testr.New(t)})
 	kept.Close() // the node-agent restarts: its copies and its end of the handshake go
 	if err := pod.proc.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -353,7 +355,7 @@ func TestAMounterWhoseKeeperIsGoneHandsOverOnceANodeAgentReattaches(t *testing.T
 	sock := filepath.Join(pod.commDir, mppod.MountSockName)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	kept, err := handshake.Reattach(ctx, sock, os.Getuid(), handshake.KeepOptions{Log: testr.New(t),
+	kept, err := handshake.Reattach(ctx, sock, os.Getuid(), sent, handshake.KeepOptions{Log: testr.New(t),
 		Next: func(context.Context, bool) (string, error) { return filepath.Join(nextDir, mppod.MountSockName), nil }})
 	if err != nil {
 		t.Fatalf("reattach: %v; mounter output:\n%s", err, pod.output.String())

@@ -19,7 +19,7 @@ import (
 	"github.com/s3csi/s3csi/shared/mount"
 	"github.com/s3csi/s3csi/shared/mppod"
 
-	"github.com/s3csi/s3csi/services/node-agent/internal/csi"
+	"github.com/s3csi/s3csi/services/node-agent/internal/source"
 )
 
 // DefaultPeriod is the period of the fallback sweep.
@@ -201,7 +201,7 @@ func (c *Cleaner) clean(ctx context.Context, name string) (string, error) {
 	log := logr.FromContextOrDiscard(ctx).WithValues("mountpointPod", name)
 	// The name may come from an event: nothing is read or touched for a name that is not a
 	// Mountpoint Pod's, and the source dir is checked to stay under the driver's mnt dir.
-	source, err := mppod.SourceDir(c.kubeletDir, name)
+	dir, err := mppod.SourceDir(c.kubeletDir, name)
 	if err != nil {
 		return "", err
 	}
@@ -215,7 +215,7 @@ func (c *Cleaner) clean(ctx context.Context, name string) (string, error) {
 		return OutcomeKept, nil
 	}
 	if pod != nil {
-		commDir, err := csi.CommDir(c.kubeletDir, string(pod.UID))
+		commDir, err := source.CommDir(c.kubeletDir, string(pod.UID))
 		if err != nil {
 			return "", err
 		}
@@ -227,21 +227,21 @@ func (c *Cleaner) clean(ctx context.Context, name string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if _, mounted := table.Lookup(source); mounted {
-		if binds := table.Binds(source); len(binds) > 0 {
+	if _, mounted := table.Lookup(dir); mounted {
+		if binds := table.Binds(dir); len(binds) > 0 {
 			log.V(1).Info("Source still bound by workloads; waiting", "binds", len(binds))
 			return OutcomeWaiting, nil
 		}
 		remove := mount.Unmount
-		if mount.Stuck(source) {
-			log.Info("The source's filesystem does not answer; detaching it", "source", source)
+		if mount.Stuck(dir) {
+			log.Info("The source's filesystem does not answer; detaching it", "source", dir)
 			remove = mount.Detach
 		}
-		if err := remove(source); err != nil {
+		if err := remove(dir); err != nil {
 			return "", fmt.Errorf("unmount source of %s: %w", name, err)
 		}
 	}
-	if err := mount.RemoveDir(source); err != nil {
+	if err := mount.RemoveDir(dir); err != nil {
 		return "", fmt.Errorf("remove source dir of %s: %w", name, err)
 	}
 	log.Info("Cleaned the source of a Mountpoint Pod that serves no workload", "podGone", pod == nil,

@@ -24,8 +24,8 @@ import (
 	"github.com/s3csi/s3csi/shared/testenv"
 
 	"github.com/s3csi/s3csi/services/node-agent/internal/cleanup"
-	"github.com/s3csi/s3csi/services/node-agent/internal/csi"
 	"github.com/s3csi/s3csi/services/node-agent/internal/notify"
+	"github.com/s3csi/s3csi/services/node-agent/internal/source"
 )
 
 // gonePods is a PodReader for which every Mountpoint Pod is gone: the case in which a cleanup
@@ -213,7 +213,7 @@ func TestCommDirStaysUnderThePodsDir(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := csi.CommDir("/var/lib/kubelet", tt.uid)
+			got, err := source.CommDir("/var/lib/kubelet", tt.uid)
 			if !tt.ok {
 				if err == nil {
 					t.Fatalf("CommDir(%q) = %q, want an error", tt.uid, got)
@@ -241,7 +241,7 @@ func (p unmountPod) Get(_ context.Context, name string) (*corev1.Pod, error) {
 func TestCleanDoesNotFollowASymlinkAtMountExit(t *testing.T) {
 	kubelet := testenv.StartKubeletDir(t)
 	uid := "0c2f6e3c-6b8e-4c57-9d36-0e7c4f7f9a11"
-	commDir, err := csi.CommDir(kubelet.Root, uid)
+	commDir, err := source.CommDir(kubelet.Root, uid)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -144,28 +144,6 @@ func WriteProfiles(commDir string, p Profiles) (Files, error) {
 	}, nil
 }
 
-// maxProfileSize bounds a profile file ReadProfiles accepts.
-const maxProfileSize = 64 << 10
-
-// ReadProfiles reads back the profile files Write wrote into commDir, refusing symlinks and
-// files of more than 64 KiB: the Mountpoint Pod can write the comm dir.
-func ReadProfiles(commDir string) (Profiles, error) {
-	dir, err := credentialsDir(commDir)
-	if err != nil {
-		return Profiles{}, err
-	}
-	defer func() { _ = dir.Close() }()
-	config, err := dir.ReadFile(ConfigFileName, maxProfileSize)
-	if err != nil {
-		return Profiles{}, err
-	}
-	keys, err := dir.ReadFile(CredentialsFileName, maxProfileSize)
-	if err != nil {
-		return Profiles{}, err
-	}
-	return Profiles{Config: config, Credentials: keys}, nil
-}
-
 // credentialsDir opens commDir/credentials, creating it when missing.
 func credentialsDir(commDir string) (*commdir.Dir, error) {
 	comm, err := commdir.Open(commDir)

@@ -39,6 +39,7 @@ import (
 	"github.com/s3csi/s3csi/services/node-agent/internal/credentials"
 	"github.com/s3csi/s3csi/services/node-agent/internal/csi"
 	"github.com/s3csi/s3csi/services/node-agent/internal/podwatch"
+	"github.com/s3csi/s3csi/services/node-agent/internal/source"
 )
 
 var apiServer *testenv.APIServer
@@ -286,7 +287,7 @@ func (n *node) newMountpointPod(ctx context.Context, name string) (*mountpointPo
 		return nil, fmt.Errorf("create Mountpoint Pod %s: %w", name, err)
 	}
 	n.t.Cleanup(func() { _ = apiServer.Client.Delete(context.WithoutCancel(ctx), pod) })
-	commDir, err := csi.CommDir(n.kubelet.Root, string(pod.UID))
+	commDir, err := source.CommDir(n.kubelet.Root, string(pod.UID))
 	if err != nil {
 		return nil, err
 	}

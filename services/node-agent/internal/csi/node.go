@@ -5,8 +5,6 @@ package csi
 
 import (
 	"context"
-	"fmt"
-	"path/filepath"
 	"sync/atomic"
 	"time"
 
@@ -20,12 +18,12 @@ import (
 
 	"github.com/s3csi/s3csi/shared/handshake"
 	"github.com/s3csi/s3csi/shared/keymutex"
-	"github.com/s3csi/s3csi/shared/kubenames"
 	"github.com/s3csi/s3csi/shared/mppod"
 
 	"github.com/s3csi/s3csi/services/node-agent/internal/attach"
 	"github.com/s3csi/s3csi/services/node-agent/internal/credentials"
 	"github.com/s3csi/s3csi/services/node-agent/internal/metrics"
+	"github.com/s3csi/s3csi/services/node-agent/internal/source"
 )
 
 // AttachmentWaiter finds the Mountpoint Pod assigned to a workload's volume.
@@ -113,37 +111,32 @@ type Server struct {
 	compatible compatibleTargets
 	// stale are the targets whose containers hold a dead mount (NodeGetVolumeStats).
 	stale staleTargets
-	// profiles are the profile files of the kept sources, for the pods that replace theirs.
-	profiles profileCache
-	mpLocks  *keymutex.Mutex
-	ready    atomic.Bool
+	// sources keeps custody of the mounted sources.
+	sources *source.Sources
+	mpLocks *keymutex.Mutex
+	ready   atomic.Bool
 }
 
 // NewServer returns a Server; mpLocks is shared with the source cleanup so that a cleanup and
 // a mount of one Mountpoint Pod never overlap. events and m may be nil.
 func NewServer(cfg Config, aw AttachmentWaiter, pods PodWaiter, mpLocks *keymutex.Mutex, events EventSink, m *metrics.Metrics) *Server {
+	sources := source.New(source.Config{
+		KubeletDir: cfg.KubeletDir, MounterUID: cfg.MounterUID, DriverProfiles: credentials.Render(cfg.DriverCredentials, cfg.Region),
+		ResumeWait: cfg.ResumeWait, ReplayWait: cfg.ReplayWait, Replaced: cfg.Replaced,
+	}, pods, mpLocks)
 	return &Server{cfg: cfg, attach: aw, pods: pods, events: events, metrics: m,
-		inflight: newInflight(), mpLocks: mpLocks}
+		inflight: newInflight(), mpLocks: mpLocks, sources: sources}
 }
+
+// Reattach keeps again the FUSE connections of the sources mounted before this process started
+// (source.Sources.Reattach) and returns how many it keeps.
+func (s *Server) Reattach(ctx context.Context) (int, error) { return s.sources.Reattach(ctx) }
 
 // SetReady makes Probe report ready: the caches it depends on have synced.
 func (s *Server) SetReady(ready bool) { s.ready.Store(ready) }
 
 // Ready reports whether SetReady(true) was called.
 func (s *Server) Ready() bool { return s.ready.Load() }
-
-// CommDir is where the node sees a Mountpoint Pod's comm emptyDir. The UID comes from the API
-// server; it fails unless it is a UUID and the result stays under the kubelet's pods dir.
-func CommDir(kubeletDir, mountpointPodUID string) (string, error) {
-	if err := kubenames.UID(mountpointPodUID); err != nil {
-		return "", fmt.Errorf("build comm dir: %w", err)
-	}
-	dir, err := mppod.Beneath(filepath.Join(kubeletDir, "pods"), mountpointPodUID, "volumes", "kubernetes.io~empty-dir", mppod.CommVolumeName)
-	if err != nil {
-		return "", fmt.Errorf("build comm dir: %w", err)
-	}
-	return dir, nil
-}
 
 // GetPluginInfo implements csi.IdentityServer.
 func (s *Server) GetPluginInfo(context.Context, *csi.GetPluginInfoRequest) (*csi.GetPluginInfoResponse, error) {

@@ -26,6 +26,7 @@ import (
 	"github.com/s3csi/s3csi/services/node-agent/internal/credentials"
 	"github.com/s3csi/s3csi/services/node-agent/internal/metrics"
 	"github.com/s3csi/s3csi/services/node-agent/internal/podwatch"
+	"github.com/s3csi/s3csi/services/node-agent/internal/source"
 )
 
 // NodePublishVolume implements csi.NodeServer.
@@ -86,7 +87,7 @@ func (s *Server) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 			s.cfg.MountpointNamespace, mp, err, s.cfg.MountpointNamespace, mp)
 	}
 
-	commDir, err := CommDir(s.cfg.KubeletDir, string(pod.UID))
+	commDir, err := source.CommDir(s.cfg.KubeletDir, string(pod.UID))
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "Mountpoint Pod %s/%s: %v", s.cfg.MountpointNamespace, mp, err)
 	}
@@ -165,7 +166,7 @@ func (s *Server) republish(ctx context.Context, p *publishRequest) (bool, error)
 	case mount.Corrupted:
 		log.Info("Target is a dead mount; replacing it", "target", p.Target)
 		p.deadTarget = true
-		s.stale.mark(p.Target, staleMessage(s.cfg.MountpointNamespace, s.mountpointPodOf(entry)))
+		s.stale.mark(p.Target, source.StaleMessage(s.cfg.MountpointNamespace, s.mountpointPodOf(entry)))
 		if err := mount.Unmount(p.Target); err != nil {
 			return false, status.Errorf(codes.Internal, "remove dead mount at %s: %v", p.Target, err)
 		}
@@ -175,7 +176,7 @@ func (s *Server) republish(ctx context.Context, p *publishRequest) (bool, error)
 	if err != nil {
 		return false, status.Errorf(codes.Internal, "%v", err)
 	}
-	source, ours := ourSource(table, entry, s.cfg.KubeletDir)
+	src, ours := ourSource(table, entry, s.cfg.KubeletDir)
 	if !ours {
 		if mount.IsFUSE(entry) && entry.Source == mount.FUSESource {
 			s.republishLegacy(ctx, p.Target)
@@ -183,7 +184,7 @@ func (s *Server) republish(ctx context.Context, p *publishRequest) (bool, error)
 		}
 		return false, status.Errorf(codes.FailedPrecondition, "target %s already holds a mount that is not from this driver (%s)", p.Target, entry.FsType)
 	}
-	if err := verify(p.Target, source); err != nil {
+	if err := verify(p.Target, src); err != nil {
 		if errors.Is(err, mount.ErrNotAnswering) {
 			return false, notAnswering(p.Target, s.cfg.MountpointNamespace)
 		}
@@ -193,7 +194,7 @@ func (s *Server) republish(ctx context.Context, p *publishRequest) (bool, error)
 		}
 		return false, nil
 	}
-	mp := filepath.Base(source)
+	mp := filepath.Base(src)
 	if err := s.checkRepublish(ctx, p, entry, mp); err != nil {
 		return false, err
 	}
@@ -207,7 +208,7 @@ func (s *Server) republish(ctx context.Context, p *publishRequest) (bool, error)
 		return false, status.Errorf(waitCode(ctx), "wait for Mountpoint Pod %s: %v", mp, err)
 	}
 	defer unlock()
-	commDir, err := CommDir(s.cfg.KubeletDir, string(pod.UID))
+	commDir, err := source.CommDir(s.cfg.KubeletDir, string(pod.UID))
 	if err != nil {
 		return false, status.Errorf(codes.Internal, "Mountpoint Pod %s: %v", mp, err)
 	}
@@ -228,17 +229,18 @@ func ourSource(table mount.Table, target mount.Entry, kubeletDir string) (string
 	return "", false
 }
 
-// written is the profile files written into a Mountpoint Pod's comm dir: their names, and their
-// content for the pod that replaces it.
+// written is the profile files written into a Mountpoint Pod's comm dir: their names, and what
+// root records of them (source.Sent).
 type written struct {
 	credentials.Files
-	profiles credentials.Profiles
+	profiles          credentials.Profiles
+	driverCredentials bool
 }
 
 // writeCredentials writes the profile files for p into commDir, the comm dir of Mountpoint Pod
-// mp, and records them for the pod that replaces it while its source is kept.
+// mp; while mp's source is kept, the pod that replaces it gets them.
 func (s *Server) writeCredentials(mp, commDir string, p *publishRequest) (written, error) {
-	creds := s.cfg.DriverCredentials
+	creds, driver := s.cfg.DriverCredentials, true
 	// A volume of a StorageClass that names only a provisioner secret asks for secret
 	// authentication but gets no node publish secret: it mounts with the driver's credentials,
 	// as it did under the Scality v2 driver.
@@ -247,15 +249,14 @@ func (s *Server) writeCredentials(mp, commDir string, p *publishRequest) (writte
 		if err != nil {
 			return written{}, status.Errorf(codes.InvalidArgument, "%v; set nodePublishSecretRef on the PersistentVolume", err)
 		}
-		creds = c
+		creds, driver = c, false
 	}
 	profiles := credentials.Render(creds, s.cfg.Region)
-	files, err := credentials.WriteProfiles(commDir, profiles)
+	files, err := s.sources.WriteProfiles(mp, commDir, profiles)
 	if err != nil {
 		return written{}, status.Errorf(codes.Internal, "write credentials: %v", err)
 	}
-	s.profiles.update(mp, profiles)
-	return written{Files: files, profiles: profiles}, nil
+	return written{Files: files, profiles: profiles, driverCredentials: driver}, nil
 }
 
 // probedSource is what a probe of a source found before its Mountpoint Pod's lock was taken.
@@ -347,9 +348,9 @@ type mountpointPod struct {
 }
 
 // mountSource mounts FUSE on source and hands the connection to the Mountpoint Pod.
-func (s *Server) mountSource(ctx context.Context, source string, serving mountpointPod, a *attach.Assignment, p *publishRequest, files written) error {
+func (s *Server) mountSource(ctx context.Context, dir string, serving mountpointPod, a *attach.Assignment, p *publishRequest, files written) error {
 	ns, mp := s.cfg.MountpointNamespace, a.MountpointPod
-	dev, err := mount.FUSE(source, a.Attachment.Spec.ReadOnly)
+	dev, err := mount.FUSE(dir, a.Attachment.Spec.ReadOnly)
 	if err != nil {
 		return status.Errorf(codes.Internal, "%v", err)
 	}
@@ -359,27 +360,20 @@ func (s *Server) mountSource(ctx context.Context, source string, serving mountpo
 		ConfigFile: files.ConfigFile, CredentialsFile: files.CredentialsFile,
 		MaxRead: mount.FUSEMaxRead, VolumeId: p.VolumeID,
 	}
-	// The connection is kept (handshake.Kept) until the mounter ends with the source unmounted,
-	// so that a mounter that dies, or hands the mount over when its pod is deleted, is replaced
-	// under the workloads: by kubelet's restart of its container, or by the Mountpoint Pod the
-	// pod-reconciler creates under the same name. Kept releases itself.
-	log := logr.FromContextOrDiscard(ctx).WithValues("source", source, "mountpointPod", mp)
-	slot := s.profiles.open(mp, files.profiles, true)
-	k, err := handshake.Keep(ctx, filepath.Join(serving.commDir, mppod.MountSockName), s.cfg.MounterUID, dev, req,
-		s.keepOptions(logr.NewContext(ctx, log), mp, serving.pod.UID, slot))
+	log := logr.FromContextOrDiscard(ctx).WithValues("source", dir, "mountpointPod", mp)
+	err = s.sources.Keep(logr.NewContext(ctx, log), mp, serving.pod, dev,
+		source.Sent{Request: req, Profiles: files.profiles, DriverCredentials: files.driverCredentials})
 	if err == nil {
-		s.kept(mp, k, slot)
 		// After the mounter answered: the kernel lowers the readahead to what the server
 		// accepts when it answers FUSE_INIT, which offers the readahead the mount had then.
-		if err := mount.SetReadAhead(source, mount.FUSEReadAheadKiB); err != nil {
-			logr.FromContextOrDiscard(ctx).Info("Sequential reads of this mount use the kernel's default readahead", "source", source, "error", err.Error())
+		if err := mount.SetReadAhead(dir, mount.FUSEReadAheadKiB); err != nil {
+			logr.FromContextOrDiscard(ctx).Info("Sequential reads of this mount use the kernel's default readahead", "source", dir, "error", err.Error())
 		}
-		logr.FromContextOrDiscard(ctx).Info("Mounted the Mountpoint Pod's filesystem", "source", source, "bucket", p.Bucket)
+		logr.FromContextOrDiscard(ctx).Info("Mounted the Mountpoint Pod's filesystem", "source", dir, "bucket", p.Bucket)
 		return nil
 	}
-	s.profiles.close(mp, slot)
-	if uerr := mount.Unmount(source); uerr != nil {
-		logr.FromContextOrDiscard(ctx).Error(uerr, "Removing the failed source mount failed", "source", source)
+	if uerr := mount.Unmount(dir); uerr != nil {
+		logr.FromContextOrDiscard(ctx).Error(uerr, "Removing the failed source mount failed", "source", dir)
 	}
 	s.emit(&eventspb.MountFailed{Node: s.cfg.NodeName, VolumeId: p.VolumeID, PvName: p.PVName,
 		MountpointPodName: mp, WorkloadPodUids: []string{p.PodUID}, Reason: "MounterError", Message: err.Error()})

@@ -2,7 +2,6 @@ package csi
 
 import (
 	"context"
-	"fmt"
 	"math"
 	"path/filepath"
 	"sync"
@@ -12,6 +11,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/s3csi/s3csi/shared/mount"
+
+	"github.com/s3csi/s3csi/services/node-agent/internal/source"
 )
 
 // NodeGetVolumeStats implements csi.NodeServer: the condition of the mount at the volume path
@@ -49,16 +50,16 @@ func (s *Server) NodeGetVolumeStats(_ context.Context, req *csi.NodeGetVolumeSta
 	case mount.Missing, mount.NotMounted:
 		return nil, status.Errorf(codes.NotFound, "volume %s is not published at %s: nothing is mounted there", req.GetVolumeId(), path)
 	case mount.Corrupted:
-		return abnormal(DeadMessage(s.cfg.MountpointNamespace, s.mountpointPodOf(entry), "")), nil
+		return abnormal(source.DeadMessage(s.cfg.MountpointNamespace, s.mountpointPodOf(entry), "")), nil
 	case mount.Hung:
-		return abnormal(HungMessage(s.cfg.MountpointNamespace, s.mountpointPodOf(entry))), nil
+		return abnormal(source.HungMessage(s.cfg.MountpointNamespace, s.mountpointPodOf(entry))), nil
 	}
 	if !mount.IsFUSE(entry) || entry.Source != mount.FUSESource {
 		return nil, status.Errorf(codes.NotFound, "volume %s is not published at %s: it holds a mount that is not from this driver (%s)", req.GetVolumeId(), path, entry.FsType)
 	}
 	st, err := mount.Statfs(path, mount.ProbeTimeout)
 	if err != nil {
-		return abnormal(HungMessage(s.cfg.MountpointNamespace, s.mountpointPodOf(entry))), nil
+		return abnormal(source.HungMessage(s.cfg.MountpointNamespace, s.mountpointPodOf(entry))), nil
 	}
 	bsize := uint64(st.Bsize) //nolint:gosec // a block size is positive
 	return withCondition(&csi.NodeGetVolumeStatsResponse{
@@ -99,17 +100,6 @@ func (t *staleTargets) forget(target string) {
 	delete(t.targets, target)
 }
 
-// staleMessage tells a workload's owner that its containers hold a dead mount of Mountpoint Pod
-// mp although the volume was mounted again.
-func staleMessage(namespace, mp string) string {
-	what := "The S3 filesystem this pod's containers mounted"
-	if mp != "" {
-		what += fmt.Sprintf(" (Mountpoint Pod %s/%s)", namespace, mp)
-	}
-	return what + " stopped and was mounted again, but containers started before still hold the dead mount " +
-		"(transport endpoint is not connected); restart this pod"
-}
-
 // abnormal is the answer for a mount whose filesystem is dead or silent.
 func abnormal(message string) *csi.NodeGetVolumeStatsResponse {
 	return withCondition(&csi.NodeGetVolumeStatsResponse{
@@ -140,25 +130,4 @@ func (s *Server) mountpointPodOf(target mount.Entry) string {
 		return ""
 	}
 	return filepath.Base(source)
-}
-
-// DeadMessage tells a workload's owner that the filesystem of Mountpoint Pod mp (in namespace)
-// died and what to do; cause, when known, says how it ended (": the mounter was OOM-killed").
-func DeadMessage(namespace, mp, cause string) string {
-	if mp == "" {
-		return "The S3 filesystem of this volume stopped (transport endpoint is not connected); restart the pod to mount the volume again, " +
-			"and see the logs of the Mountpoint Pods in namespace " + namespace
-	}
-	return fmt.Sprintf("The S3 filesystem served by Mountpoint Pod %s/%s stopped (transport endpoint is not connected)%s; "+
-		"restart this pod to mount the volume again, and see kubectl logs -n %s %s --previous", namespace, mp, cause, namespace, mp)
-}
-
-// HungMessage tells a workload's owner that the filesystem of Mountpoint Pod mp does not answer.
-func HungMessage(namespace, mp string) string {
-	if mp == "" {
-		return fmt.Sprintf("The S3 filesystem of this volume does not answer within %s (its Mountpoint Pod is stopped or stuck); "+
-			"see the logs of the Mountpoint Pods in namespace %s", mount.ProbeTimeout, namespace)
-	}
-	return fmt.Sprintf("The S3 filesystem served by Mountpoint Pod %s/%s does not answer within %s (stopped or stuck); "+
-		"see kubectl logs -n %s %s and kubectl describe pod -n %s %s", namespace, mp, mount.ProbeTimeout, namespace, mp, namespace, mp)
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,8 +24,8 @@ import (
 	"github.com/s3csi/s3csi/shared/mount"
 	"github.com/s3csi/s3csi/shared/mppod"
 
-	"github.com/s3csi/s3csi/services/node-agent/internal/csi"
 	"github.com/s3csi/s3csi/services/node-agent/internal/metrics"
+	"github.com/s3csi/s3csi/services/node-agent/internal/source"
 )
 
 // DefaultPeriod is how often sources are checked: a dead mount is reported within it.
@@ -42,12 +43,18 @@ const (
 	ReasonHandedOver = "MountpointHandedOver"
 )
 
+// EventSink publishes an audit event after the fact it describes, never blocking nor failing;
+// *events.Outbox is one.
+type EventSink interface {
+	Notify(id string, payload proto.Message)
+}
+
 // Monitor is a runnable that checks every source mount each period.
 type Monitor struct {
 	kubeletDir, node, namespace string
 	period                      time.Duration
 	api                         client.Client
-	sink                        csi.EventSink
+	sink                        EventSink
 	metrics                     *metrics.Metrics
 
 	// mu guards reported: Check and Report (called by NodePublishVolume) both report.
@@ -62,7 +69,7 @@ type Monitor struct {
 }
 
 // New returns a Monitor; api must read the API server directly. sink and m may be nil.
-func New(kubeletDir, node, namespace string, period time.Duration, api client.Client, sink csi.EventSink, m *metrics.Metrics) *Monitor {
+func New(kubeletDir, node, namespace string, period time.Duration, api client.Client, sink EventSink, m *metrics.Metrics) *Monitor {
 	if period <= 0 {
 		period = DefaultPeriod
 	}
@@ -225,7 +232,7 @@ func (m *Monitor) publish(ctx context.Context, mp, exceptPodUID, reason string, 
 	var msg string
 	switch reason {
 	case ReasonNotResponding:
-		msg = csi.HungMessage(m.namespace, mp)
+		msg = source.HungMessage(m.namespace, mp)
 		logr.FromContextOrDiscard(ctx).Info("A Mountpoint Pod's filesystem still does not answer", "mountpointPod", mp, "workloads", len(uids))
 	case ReasonReplaced:
 		msg = fmt.Sprintf("The mounter of Mountpoint Pod %s/%s ended%s; the mounter kubelet started next took the mount over "+
@@ -238,7 +245,7 @@ func (m *Monitor) publish(ctx context.Context, mp, exceptPodUID, reason string, 
 			"after the pause, without an error", m.namespace, mp, pause.Round(time.Millisecond))
 		logr.FromContextOrDiscard(ctx).Info("A Mountpoint Pod handed its mount over to the pod that replaces it", "mountpointPod", mp, "workloads", len(uids))
 	default:
-		msg = csi.DeadMessage(m.namespace, mp, m.awaitExitCause(ctx, mp))
+		msg = source.DeadMessage(m.namespace, mp, m.awaitExitCause(ctx, mp))
 		logr.FromContextOrDiscard(ctx).Info("A Mountpoint Pod's filesystem is dead", "mountpointPod", mp, "workloads", len(uids))
 	}
 	var pods corev1.PodList
