@@ -14,13 +14,13 @@ import (
 	"github.com/s3csi/s3csi/shared/admin"
 	sharedcsi "github.com/s3csi/s3csi/shared/csiserver"
 	"github.com/s3csi/s3csi/shared/events"
-	"github.com/s3csi/s3csi/shared/s3client"
 
 	"github.com/s3csi/s3csi/services/csi-controller/internal/controller"
 	"github.com/s3csi/s3csi/services/csi-controller/internal/csiserver"
 	"github.com/s3csi/s3csi/services/csi-controller/internal/metrics"
 	"github.com/s3csi/s3csi/services/csi-controller/internal/options"
 	"github.com/s3csi/s3csi/services/csi-controller/internal/proof"
+	"github.com/s3csi/s3csi/services/csi-controller/internal/s3client"
 )
 
 // clientName names the csi-controller's NATS connection.

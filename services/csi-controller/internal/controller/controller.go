@@ -15,11 +15,11 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/s3csi/s3csi/shared/keymutex"
-	"github.com/s3csi/s3csi/shared/s3client"
 	"github.com/s3csi/s3csi/shared/volumecontext"
 
 	"github.com/s3csi/s3csi/services/csi-controller/internal/metrics"
 	"github.com/s3csi/s3csi/services/csi-controller/internal/proof"
+	"github.com/s3csi/s3csi/services/csi-controller/internal/s3client"
 )
 
 // DefaultCapacityBytes is the capacity reported for a volume whose request names none. A bucket

@@ -16,8 +16,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/s3csi/s3csi/shared/s3client"
 	"github.com/s3csi/s3csi/shared/volumecontext"
+
+	"github.com/s3csi/s3csi/services/csi-controller/internal/s3client"
 )
 
 // Keys of a provisioner secret, as the Scality CSI Driver for S3 v2 names them.

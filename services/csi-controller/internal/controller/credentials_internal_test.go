@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/s3csi/s3csi/shared/s3client"
+	"github.com/s3csi/s3csi/services/csi-controller/internal/s3client"
 )
 
 func TestClientsCacheExpiresAndRereadsDriverCredentials(t *testing.T) {

@@ -10,9 +10,8 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 
-	"github.com/s3csi/s3csi/shared/s3client"
-
 	"github.com/s3csi/s3csi/services/csi-controller/internal/controller"
+	"github.com/s3csi/s3csi/services/csi-controller/internal/s3client"
 )
 
 func TestBadCredentialsAreReturnedWithTheirCode(t *testing.T) {

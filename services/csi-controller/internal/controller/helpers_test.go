@@ -33,12 +33,12 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/s3csi/s3csi/shared/s3client"
 	"github.com/s3csi/s3csi/shared/testenv"
 
 	"github.com/s3csi/s3csi/services/csi-controller/internal/controller"
 	"github.com/s3csi/s3csi/services/csi-controller/internal/metrics"
 	"github.com/s3csi/s3csi/services/csi-controller/internal/proof"
+	"github.com/s3csi/s3csi/services/csi-controller/internal/s3client"
 )
 
 const testPrefix = "csi-s3-"

@@ -23,13 +23,13 @@ import (
 	"google.golang.org/grpc/status"
 
 	sharedcsi "github.com/s3csi/s3csi/shared/csiserver"
-	"github.com/s3csi/s3csi/shared/s3client"
 	"github.com/s3csi/s3csi/shared/testenv"
 
 	"github.com/s3csi/s3csi/services/csi-controller/internal/controller"
 	"github.com/s3csi/s3csi/services/csi-controller/internal/csiserver"
 	"github.com/s3csi/s3csi/services/csi-controller/internal/metrics"
 	"github.com/s3csi/s3csi/services/csi-controller/internal/proof"
+	"github.com/s3csi/s3csi/services/csi-controller/internal/s3client"
 )
 
 func TestMain(m *testing.M) {

@@ -12,11 +12,11 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/s3csi/s3csi/shared/s3client"
 	"github.com/s3csi/s3csi/shared/servicecmd"
 	"github.com/s3csi/s3csi/shared/version"
 
 	"github.com/s3csi/s3csi/services/csi-controller/internal/proof"
+	"github.com/s3csi/s3csi/services/csi-controller/internal/s3client"
 )
 
 // Defaults that tests and documentation refer to.

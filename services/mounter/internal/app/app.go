@@ -15,8 +15,8 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/s3csi/s3csi/shared/logging"
-	"github.com/s3csi/s3csi/shared/mountargs"
 
+	"github.com/s3csi/s3csi/services/mounter/internal/mountargs"
 	"github.com/s3csi/s3csi/services/mounter/internal/mounter"
 	"github.com/s3csi/s3csi/services/mounter/internal/s3fs"
 )

@@ -55,8 +55,12 @@ func TestMountHandshakeServesAFilesystemOnThePassedConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	cleanupMount(t, source)
+	// What the node-agent sends for a read-only volume of a pod with an fsGroup, on an endpoint
+	// that needs path-style addressing.
+	args := []string{"--allow-other", "--dir-mode=770", "--file-mode=660", "--force-path-style", "--gid=3000", "--read-only"}
 	err = handshake.Send(ctx, filepath.Join(commDir, mppod.MountSockName), dev, &handshake.Request{
-		Bucket: "bucket-a", MaxRead: mount.FUSEMaxRead,
+		Bucket: "bucket-a", MaxRead: mount.FUSEMaxRead, Args: args,
+		Env: []string{"AWS_PROFILE=s3csi", "AWS_REGION=us-east-1", "AWS_ENDPOINT_URL=https://ring.example"},
 	})
 	_ = dev.Close()
 	if err != nil {
@@ -65,6 +69,10 @@ func TestMountHandshakeServesAFilesystemOnThePassedConnection(t *testing.T) {
 	got, err := os.ReadFile(filepath.Join(source, fusetest.HelloName))
 	if err != nil || string(got) != fusetest.HelloContent {
 		t.Fatalf("read through the mount: %q, %v", got, err)
+	}
+	got, err = os.ReadFile(filepath.Join(source, fusetest.ArgsName))
+	if err != nil || string(got) != strings.Join(args, "\n") {
+		t.Fatalf("the filesystem got the arguments %q, %v; want %q", got, err, args)
 	}
 	if err := os.WriteFile(filepath.Join(commDir, mppod.MountExitName), nil, 0o600); err != nil {
 		t.Fatal(err)
@@ -102,6 +110,24 @@ func TestMounterRefusesAnInvalidRequestAndKeepsListening(t *testing.T) {
 	err = handshake.Send(ctx, sock, null, &handshake.Request{Bucket: "b", MaxRead: 1, Resume: true})
 	if !errors.As(err, &merr) || !strings.Contains(merr.Message, "state file") {
 		t.Fatalf("send a resume request without its state file: %v, want a MounterError naming it", err)
+	}
+	// Defense in depth: what the node-agent's policy refuses, the mounter refuses too.
+	for _, tt := range []struct {
+		name string
+		req  *handshake.Request
+		want string
+	}{
+		{name: "an endpoint option", req: &handshake.Request{Bucket: "b", MaxRead: 1, Args: []string{"--allow-root", "--endpoint-url=http://evil.example"}},
+			want: `mount option "--endpoint-url=http://evil.example" is not allowed: the endpoint is set by the driver's configuration`},
+		{name: "a profile option", req: &handshake.Request{Bucket: "b", MaxRead: 1, Args: []string{"--profile=x"}},
+			want: `mount option "--profile=x" is not allowed: credentials are provided by the driver`},
+		{name: "an unknown environment variable", req: &handshake.Request{Bucket: "b", MaxRead: 1, Env: []string{"AWS_PROFILE=s3csi", "AWS_CA_BUNDLE=/evil"}},
+			want: `environment variable "AWS_CA_BUNDLE" is not allowed`},
+	} {
+		err = handshake.Send(ctx, sock, null, tt.req)
+		if !errors.As(err, &merr) || !strings.Contains(merr.Message, tt.want) {
+			t.Fatalf("send a request with %s: %v, want a MounterError containing %q", tt.name, err, tt.want)
+		}
 	}
 	// Still listening: an engine failure (a /dev/null fd is no FUSE connection) ends the run.
 	err = handshake.Send(ctx, sock, null, &handshake.Request{Bucket: "b", MaxRead: 1})

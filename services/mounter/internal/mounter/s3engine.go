@@ -13,15 +13,11 @@ import (
 
 	"github.com/s3csi/s3csi/shared/handshake"
 	"github.com/s3csi/s3csi/shared/mount"
-	"github.com/s3csi/s3csi/shared/mountargs"
+	"github.com/s3csi/s3csi/shared/mountopts"
 
+	"github.com/s3csi/s3csi/services/mounter/internal/mountargs"
 	"github.com/s3csi/s3csi/services/mounter/internal/s3fs"
 )
-
-// allowedEnv are the settings a mount request may give the S3 client. Anything else in a
-// request is refused: the request comes from the node-agent, but the mounter trusts only what
-// it needs.
-var allowedEnv = map[string]bool{"AWS_PROFILE": true, "AWS_REGION": true, "AWS_ENDPOINT_URL": true}
 
 // S3Engine serves mount requests with the s3fs filesystem.
 //
@@ -94,12 +90,14 @@ func prepare(commDir string, fd int, req *handshake.Request) (mountargs.Options,
 		}
 		opts.CacheDir = dir
 	}
+	// Serve checked the request already (checkPolicy); an engine called otherwise still gives
+	// the S3 client only the settings the policy allows.
+	if err := mountopts.CheckEnv(req.Env); err != nil {
+		return mountargs.Options{}, nil, fmt.Errorf("check mount request: %w", err)
+	}
 	env := map[string]string{}
 	for _, kv := range req.Env {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok || !allowedEnv[k] {
-			return mountargs.Options{}, nil, fmt.Errorf("mount request sets %q: only %s are accepted", k, "AWS_PROFILE, AWS_REGION, AWS_ENDPOINT_URL")
-		}
+		k, v, _ := strings.Cut(kv, "=")
 		env[k] = v
 	}
 	for key, name := range map[string]string{"AWS_CONFIG_FILE": req.ConfigFile, "AWS_SHARED_CREDENTIALS_FILE": req.CredentialsFile} {

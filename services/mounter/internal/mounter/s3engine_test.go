@@ -31,7 +31,7 @@ func TestPrepare(t *testing.T) {
 		},
 		{
 			name: "a cache name becomes a fresh directory of the pod",
-			req:  &handshake.Request{Bucket: "bucket-1", MaxRead: mount.FUSEMaxRead, Args: []string{"--cache", "mycache"}},
+			req:  &handshake.Request{Bucket: "bucket-1", MaxRead: mount.FUSEMaxRead, Args: []string{"--cache=mycache"}},
 			check: func(t *testing.T, cacheDir string, _ map[string]string) {
 				if cacheDir != filepath.Join(tmp, "s3csi-cache", "mycache") {
 					t.Fatalf("cache dir = %q", cacheDir)
@@ -41,10 +41,10 @@ func TestPrepare(t *testing.T) {
 				}
 			},
 		},
-		{name: "a cache path is refused", req: &handshake.Request{Bucket: "bucket-1", MaxRead: mount.FUSEMaxRead, Args: []string{"--cache", "/var/lib"}}, wantErr: "not a plain name"},
-		{name: "a cache name that climbs out is refused", req: &handshake.Request{Bucket: "bucket-1", MaxRead: mount.FUSEMaxRead, Args: []string{"--cache", "../x"}}, wantErr: "not a plain name"},
+		{name: "a cache path is refused", req: &handshake.Request{Bucket: "bucket-1", MaxRead: mount.FUSEMaxRead, Args: []string{"--cache=/var/lib"}}, wantErr: "not a plain name"},
+		{name: "a cache name that climbs out is refused", req: &handshake.Request{Bucket: "bucket-1", MaxRead: mount.FUSEMaxRead, Args: []string{"--cache=../x"}}, wantErr: "not a plain name"},
 		{name: "another max_read is refused", req: &handshake.Request{Bucket: "bucket-1", MaxRead: 4096}, wantErr: "max_read=4096"},
-		{name: "a setting outside the allowed ones is refused", req: &handshake.Request{Bucket: "bucket-1", MaxRead: mount.FUSEMaxRead, Env: []string{"AWS_SECRET_ACCESS_KEY=x"}}, wantErr: `sets "AWS_SECRET_ACCESS_KEY"`},
+		{name: "a setting outside the allowed ones is refused", req: &handshake.Request{Bucket: "bucket-1", MaxRead: mount.FUSEMaxRead, Env: []string{"AWS_SECRET_ACCESS_KEY=x"}}, wantErr: `"AWS_SECRET_ACCESS_KEY" is not allowed`},
 		{name: "a profile file outside the comm dir is refused", req: &handshake.Request{Bucket: "bucket-1", MaxRead: mount.FUSEMaxRead, ConfigFile: "../etc/x"}, wantErr: "outside the comm dir"},
 	}
 	for _, tt := range tests {

@@ -302,14 +302,18 @@ type invalidRequestError struct{ err error }
 func (e *invalidRequestError) Error() string { return e.err.Error() }
 func (e *invalidRequestError) Unwrap() error { return e.err }
 
-// handle reads one request and its files and runs the engine; it answers a failure, and leaves
-// the answer to a success to the caller. When the mount can be handed over it returns what a
-// reattaching node-agent gets (served), else nil.
+// handle reads one request and its files, checks it (its form, and the mount-option policy:
+// checkPolicy), and runs the engine; it answers a failure, and leaves the answer to a success
+// to the caller. When the mount can be handed over it returns what a reattaching node-agent
+// gets (served), else nil.
 func handle(ctx context.Context, conn *net.UnixConn, engine Engine) (Mounted, *served, error) {
 	_ = conn.SetDeadline(time.Now().Add(requestTimeout))
 	req, fds, err := receive(conn)
 	if err == nil {
 		err = handshake.ValidateRequest(req)
+		if err == nil {
+			err = checkPolicy(req)
+		}
 		if err == nil && req.Resume && len(fds) < 2 {
 			err = errors.New("a resume request without the state file")
 		}

@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/s3csi/s3csi/shared/mountargs"
+	"github.com/s3csi/s3csi/services/mounter/internal/mountargs"
 )
 
 const (

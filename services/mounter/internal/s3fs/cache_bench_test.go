@@ -19,8 +19,9 @@ import (
 	"github.com/go-logr/logr"
 	"golang.org/x/sys/unix"
 
-	"github.com/s3csi/s3csi/shared/mountargs"
 	"github.com/s3csi/s3csi/shared/testenv"
+
+	"github.com/s3csi/s3csi/services/mounter/internal/mountargs"
 )
 
 // BenchmarkCacheSequentialRead reads an object sequentially through the mount without --cache

@@ -15,8 +15,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/go-logr/logr"
 
-	"github.com/s3csi/s3csi/shared/mountargs"
 	"github.com/s3csi/s3csi/shared/testenv"
+
+	"github.com/s3csi/s3csi/services/mounter/internal/mountargs"
 )
 
 // readDirect reads a whole file with O_DIRECT in 1 MiB reads, so that every read reaches the

@@ -20,8 +20,9 @@ import (
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 	"github.com/go-logr/logr"
 
-	"github.com/s3csi/s3csi/shared/mountargs"
 	"github.com/s3csi/s3csi/shared/version"
+
+	"github.com/s3csi/s3csi/services/mounter/internal/mountargs"
 )
 
 // userAgentKey names the mounter in the User-Agent of its S3 requests, followed by its version.

@@ -11,7 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/go-logr/logr"
 
-	"github.com/s3csi/s3csi/shared/mountargs"
+	"github.com/s3csi/s3csi/services/mounter/internal/mountargs"
 )
 
 // counters count a mount's requests for Stats.

@@ -15,8 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/s3csi/s3csi/shared/mountargs"
 	"github.com/s3csi/s3csi/shared/testenv"
+
+	"github.com/s3csi/s3csi/services/mounter/internal/mountargs"
 )
 
 // pattern returns n deterministic pseudo-random bytes.

@@ -10,7 +10,7 @@ import (
 
 	"github.com/go-logr/logr"
 
-	"github.com/s3csi/s3csi/shared/mountargs"
+	"github.com/s3csi/s3csi/services/mounter/internal/mountargs"
 )
 
 // MemoryPlan is how a mount spends memory: Total is the whole process's target (the Go memory

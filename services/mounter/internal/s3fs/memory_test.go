@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/s3csi/s3csi/shared/mountargs"
+	"github.com/s3csi/s3csi/services/mounter/internal/mountargs"
 )
 
 func TestPlanMemory(t *testing.T) {

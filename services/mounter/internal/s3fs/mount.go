@@ -26,9 +26,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/s3csi/s3csi/shared/mount"
-	"github.com/s3csi/s3csi/shared/mountargs"
 
 	"github.com/s3csi/s3csi/services/mounter/internal/fuseconn"
+	"github.com/s3csi/s3csi/services/mounter/internal/mountargs"
 )
 
 // Defaults for values mount-s3's options leave unset.

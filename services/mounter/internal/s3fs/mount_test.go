@@ -13,8 +13,9 @@ import (
 	"github.com/go-logr/logr"
 	"go.uber.org/goleak"
 
-	"github.com/s3csi/s3csi/shared/mountargs"
 	"github.com/s3csi/s3csi/shared/testenv"
+
+	"github.com/s3csi/s3csi/services/mounter/internal/mountargs"
 )
 
 func TestMain(m *testing.M) {

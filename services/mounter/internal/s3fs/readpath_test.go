@@ -14,8 +14,9 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/s3csi/s3csi/shared/mountargs"
 	"github.com/s3csi/s3csi/shared/testenv"
+
+	"github.com/s3csi/s3csi/services/mounter/internal/mountargs"
 )
 
 // readWhole reads path through a fresh descriptor.

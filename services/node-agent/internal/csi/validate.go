@@ -9,9 +9,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/s3csi/s3csi/shared/mountopts"
 	"github.com/s3csi/s3csi/shared/volumecontext"
-
-	"github.com/s3csi/s3csi/services/node-agent/internal/mountopts"
 )
 
 // targetRE is the shape of a kubelet target path under the kubelet dir:

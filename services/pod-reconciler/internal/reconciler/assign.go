@@ -15,7 +15,8 @@ import (
 
 	s3csiv2 "github.com/s3csi/s3csi/shared/api/v2"
 	"github.com/s3csi/s3csi/shared/mppod"
-	"github.com/s3csi/s3csi/shared/sharingkey"
+
+	"github.com/s3csi/s3csi/services/pod-reconciler/internal/sharingkey"
 )
 
 // maxConflictRetries bounds the re-read-and-retry loop of one S3PA update.

@@ -16,7 +16,8 @@ import (
 	"github.com/s3csi/s3csi/shared/events"
 	"github.com/s3csi/s3csi/shared/events/eventspb"
 	"github.com/s3csi/s3csi/shared/mppod"
-	"github.com/s3csi/s3csi/shared/sharingkey"
+
+	"github.com/s3csi/s3csi/services/pod-reconciler/internal/sharingkey"
 )
 
 // needsUnmountValue is the value of mppod.AnnotationNeedsUnmount.

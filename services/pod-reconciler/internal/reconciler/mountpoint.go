@@ -13,7 +13,8 @@ import (
 
 	s3csiv2 "github.com/s3csi/s3csi/shared/api/v2"
 	"github.com/s3csi/s3csi/shared/mppod"
-	"github.com/s3csi/s3csi/shared/sharingkey"
+
+	"github.com/s3csi/s3csi/services/pod-reconciler/internal/sharingkey"
 )
 
 // mountpointReconciler deletes Mountpoint Pods that finished and replaces the ones that failed

@@ -9,7 +9,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/s3csi/s3csi/shared/mppod"
-	"github.com/s3csi/s3csi/shared/sharingkey"
+
+	"github.com/s3csi/s3csi/services/pod-reconciler/internal/sharingkey"
 )
 
 // workloadVolume is one s3csi volume of a workload pod.

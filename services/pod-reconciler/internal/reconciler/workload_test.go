@@ -17,7 +17,8 @@ import (
 	"github.com/s3csi/s3csi/shared/events/eventspb"
 	"github.com/s3csi/s3csi/shared/fixture"
 	"github.com/s3csi/s3csi/shared/mppod"
-	"github.com/s3csi/s3csi/shared/sharingkey"
+
+	"github.com/s3csi/s3csi/services/pod-reconciler/internal/sharingkey"
 )
 
 // assignedTo waits until exactly one S3PA of node records exactly pods and returns it.

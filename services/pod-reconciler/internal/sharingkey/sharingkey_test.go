@@ -8,7 +8,8 @@ import (
 
 	s3csiv2 "github.com/s3csi/s3csi/shared/api/v2"
 	"github.com/s3csi/s3csi/shared/fixture"
-	"github.com/s3csi/s3csi/shared/sharingkey"
+
+	"github.com/s3csi/s3csi/services/pod-reconciler/internal/sharingkey"
 )
 
 func claimOf(p *corev1.Pod) *corev1.PersistentVolumeClaimVolumeSource {

@@ -1,6 +1,7 @@
 // Package mountargs parses and renders mount-s3's command line for s3csi-mounter, the Mountpoint
-// Pod's mounter. The node-agent's mount-option policy (services/node-agent/internal/mountopts)
-// is checked against it by a test: every option the policy lets through parses here.
+// Pod's mounter. The driver's mount-option policy (shared/mountopts), which the node-agent
+// applies to a volume's options and the mounter to every mount request, is checked against it by
+// a test (internal/mounter): every option the policy lets through parses here.
 //
 // Two input forms exist. A command line (Parse) is `[OPTIONS] BUCKET DIRECTORY` as mount-s3
 // accepts it. A PersistentVolume's mountOptions (ParseMountOptions) are options only, each entry

@@ -19,8 +19,9 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
-	"github.com/s3csi/s3csi/shared/s3client"
 	"github.com/s3csi/s3csi/shared/testenv"
+
+	"github.com/s3csi/s3csi/services/csi-controller/internal/s3client"
 )
 
 func TestValidateEndpointURL(t *testing.T) {

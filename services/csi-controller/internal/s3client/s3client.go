@@ -1,6 +1,7 @@
-// Package s3client builds the S3 clients every s3csi component uses to reach the configured S3
-// endpoint (Scality RING, or any S3 service): a fixed endpoint, path-style addressing, static
-// credentials, and TLS verified against a custom CA bundle.
+// Package s3client builds the S3 clients the csi-controller uses to reach the configured S3
+// endpoint (Scality RING, or any S3 service) when it creates and deletes buckets: a fixed
+// endpoint, path-style addressing, static credentials, and TLS verified against a custom CA
+// bundle. (The mounter builds its own client, from the AWS configuration chain, in s3fs.)
 //
 // It builds clients from explicit settings only. It never reads the shared AWS configuration
 // files, profiles or instance metadata, so a client can only ever sign with the credentials it

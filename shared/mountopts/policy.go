@@ -8,6 +8,11 @@
 // Solution: only listed options are accepted, each value must match its pattern, and anything
 // else is refused with the reason, never silently dropped.
 // Invariant: the mounter only ever receives options from the allow-list, in canonical form.
+//
+// Two modules apply it: the node-agent to a volume's mount options (Parse), and the mounter, in
+// socket mode, to the arguments and environment of every mount request it receives (CheckArgs,
+// CheckEnv), so that a compromised peer on the mounter's socket cannot make it use what the
+// policy refuses. Both read the lists below: there is one allow-list.
 package mountopts
 
 import (
@@ -99,28 +104,92 @@ func (o *Options) add(raw string) error {
 	if i := strings.IndexAny(name, "= "); i >= 0 {
 		name, value, hasValue = name[:i], name[i+1:], true
 	}
-	if why, ok := forbidden[name]; ok {
-		return fmt.Errorf("mount option %q is not allowed: %s", raw, why)
-	}
-	k, ok := allowed[name]
-	if !ok {
-		return fmt.Errorf("mount option %q is unknown or not allowed", raw)
+	k, err := check(raw, name, value, hasValue)
+	if err != nil {
+		return err
 	}
 	if k == flag {
-		if hasValue {
-			return fmt.Errorf("mount option %q takes no value", raw)
-		}
 		o.flags[name] = true
 		return nil
 	}
-	if !hasValue || value == "" {
-		return fmt.Errorf("mount option %q needs a value", raw)
-	}
-	if err := checkValue(k, value); err != nil {
-		return fmt.Errorf("mount option %q: %w", raw, err)
-	}
 	o.values[name] = value
 	return nil
+}
+
+// check applies the allow-list to option name, written raw, and its value; it returns the
+// option's kind.
+func check(raw, name, value string, hasValue bool) (kind, error) {
+	if why, ok := forbidden[name]; ok {
+		return 0, fmt.Errorf("mount option %q is not allowed: %s", raw, why)
+	}
+	k, ok := allowed[name]
+	if !ok {
+		return 0, fmt.Errorf("mount option %q is unknown or not allowed", raw)
+	}
+	if k == flag {
+		if hasValue {
+			return 0, fmt.Errorf("mount option %q takes no value", raw)
+		}
+		return k, nil
+	}
+	if !hasValue || value == "" {
+		return 0, fmt.Errorf("mount option %q needs a value", raw)
+	}
+	if err := checkValue(k, value); err != nil {
+		return 0, fmt.Errorf("mount option %q: %w", raw, err)
+	}
+	return k, nil
+}
+
+// CheckArgs checks mount-s3 arguments as the node-agent renders them (Args): each one
+// "--name" or "--name=value", allowed, with a value of the allowed shape, and no option twice.
+// It returns an error naming every refused argument. The mounter applies it to a mount request.
+func CheckArgs(args []string) error {
+	var errs []error
+	seen := map[string]bool{}
+	for _, a := range args {
+		rest, ok := strings.CutPrefix(a, "--")
+		if !ok {
+			errs = append(errs, fmt.Errorf("mount argument %q is not of the form --name or --name=value", a))
+			continue
+		}
+		name, value, hasValue := strings.Cut(rest, "=")
+		if _, err := check(a, name, value, hasValue); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if seen[name] {
+			errs = append(errs, fmt.Errorf("mount option %q is given twice", "--"+name))
+		}
+		seen[name] = true
+	}
+	return errors.Join(errs...)
+}
+
+// allowedEnv lists, sorted, the environment variables a mount request may set for the
+// mounter's S3 client: what the node-agent sends (services/node-agent/internal/csi, Server.env),
+// the profile it writes into the comm dir and the region and endpoint of the driver's
+// configuration. Anything else (AWS_CA_BUNDLE, AWS_SHARED_CREDENTIALS_FILE, AWS_ACCESS_KEY_ID,
+// ...) would let a request choose the client's trust, credentials or files, which only the
+// driver sets. Values are not checked: the mounter cannot tell the driver's endpoint from
+// another, so AWS_ENDPOINT_URL stays as trusted as the peer that sends it.
+var allowedEnv = []string{"AWS_ENDPOINT_URL", "AWS_PROFILE", "AWS_REGION"}
+
+// CheckEnv checks a mount request's environment: each entry "NAME=value" with NAME in
+// allowedEnv. It returns an error naming every refused entry.
+func CheckEnv(env []string) error {
+	var errs []error
+	for _, kv := range env {
+		name, _, ok := strings.Cut(kv, "=")
+		switch {
+		case !ok:
+			errs = append(errs, fmt.Errorf("environment entry %q is not of the form NAME=value", kv))
+		case !slices.Contains(allowedEnv, name):
+			errs = append(errs, fmt.Errorf("environment variable %q is not allowed: only %s are accepted",
+				name, strings.Join(allowedEnv, ", ")))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func checkValue(k kind, v string) error {
