@@ -20,7 +20,7 @@ import (
 type Process struct {
 	Cmd    *exec.Cmd
 	Done   chan struct{}
-	output syncBuffer
+	output SyncBuffer
 }
 
 // BuildBinary builds the main package in the working directory into a temporary file, as its

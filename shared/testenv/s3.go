@@ -1,7 +1,6 @@
 package testenv
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -13,7 +12,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -39,7 +37,7 @@ type S3 struct {
 	bin    string
 	cmd    *exec.Cmd
 	exited chan struct{}
-	output *syncBuffer
+	output *SyncBuffer
 	err    error // set before exited is closed
 }
 
@@ -112,7 +110,7 @@ func startVersitygw(ctx context.Context, bin, root string) (*S3, error) {
 // start runs versitygw on s's address, root and credentials and waits until it listens.
 func (s *S3) start(ctx context.Context) error {
 	addr := strings.TrimPrefix(s.Endpoint, "http://")
-	s.exited, s.output, s.err = make(chan struct{}), &syncBuffer{}, nil
+	s.exited, s.output, s.err = make(chan struct{}), &SyncBuffer{}, nil
 	// Credentials go through the environment, not argv, so they do not show in ps.
 	s.cmd = exec.Command(s.bin, "--port", addr, "--quiet", "posix", s.Dir)
 	s.cmd.Env = append(os.Environ(), "ROOT_ACCESS_KEY="+s.AccessKey, "ROOT_SECRET_KEY="+s.SecretKey)
@@ -216,22 +214,4 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
-}
-
-// syncBuffer collects a child process's output for error messages.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

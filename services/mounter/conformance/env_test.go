@@ -14,7 +14,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -93,7 +92,7 @@ func (e *env) removeBase() {
 type mount struct {
 	dir    string
 	cmd    *exec.Cmd
-	log    *syncBuffer
+	log    *testenv.SyncBuffer
 	exited chan struct{}
 }
 
@@ -110,7 +109,7 @@ func (e *env) mount(options ...string) *mount {
 	args := []string{"--endpoint-url", e.s3.Endpoint, "--region", e.s3.Region, "--force-path-style",
 		"--allow-delete", "--allow-overwrite", "--allow-other", "--uid", uid, "--gid", uid}
 	args = append(append(args, options...), e.bucket, dir)
-	m := &mount{dir: dir, log: &syncBuffer{}, exited: make(chan struct{})}
+	m := &mount{dir: dir, log: &testenv.SyncBuffer{}, exited: make(chan struct{})}
 	m.cmd = exec.Command(e.bin, args...) //nolint:gosec // the binary under test
 	m.cmd.Env = []string{"AWS_ACCESS_KEY_ID=" + e.s3.AccessKey, "AWS_SECRET_ACCESS_KEY=" + e.s3.SecretKey,
 		"HOME=" + e.base, "PATH=" + workloadPath}
@@ -375,22 +374,4 @@ func tail(s string, n int) string {
 		lines = append([]string{"..."}, lines[len(lines)-n:]...)
 	}
 	return strings.Join(lines, "\n")
-}
-
-// syncBuffer collects a process's output while it runs.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

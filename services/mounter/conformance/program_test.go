@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/s3csi/s3csi/shared/testenv"
 )
 
 // workloadPath is the PATH the programs run with: the system's, never a tool manager's shims
@@ -60,8 +62,8 @@ type proc struct {
 	line     string // the command line, for messages
 	cmd      *exec.Cmd
 	stdin    io.WriteCloser
-	stdout   syncBuffer
-	stderr   syncBuffer
+	stdout   testenv.SyncBuffer
+	stderr   testenv.SyncBuffer
 	done     chan struct{}
 	deadline time.Time
 }

@@ -1,16 +1,16 @@
 package mounter_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
-	"sync"
 	"testing"
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
+
+	"github.com/s3csi/s3csi/shared/testenv"
 
 	"github.com/s3csi/s3csi/services/mounter/internal/fusetest"
 	"github.com/s3csi/s3csi/services/mounter/internal/mounter"
@@ -35,7 +35,7 @@ func TestMain(m *testing.M) {
 type mounterProcess struct {
 	cmd    *exec.Cmd
 	code   chan int
-	output *syncBuffer
+	output *testenv.SyncBuffer
 }
 
 // startMounterProcess runs the mounter side in a child process and returns its exit code.
@@ -53,7 +53,7 @@ func startMounterProcess(t *testing.T, commDir string) <-chan int {
 // startMounterChild is startMounterProcess with access to the process and its output.
 func startMounterChild(t *testing.T, commDir string) *mounterProcess {
 	t.Helper()
-	p := &mounterProcess{cmd: exec.Command(os.Args[0], "-test.run=^$"), code: make(chan int, 1), output: &syncBuffer{}}
+	p := &mounterProcess{cmd: exec.Command(os.Args[0], "-test.run=^$"), code: make(chan int, 1), output: &testenv.SyncBuffer{}}
 	p.cmd.Env = append(os.Environ(), mounterEnv+"="+commDir)
 	p.cmd.Stdout, p.cmd.Stderr = p.output, p.output
 	if err := p.cmd.Start(); err != nil {
@@ -73,22 +73,4 @@ func startMounterChild(t *testing.T, commDir string) *mounterProcess {
 		}
 	})
 	return p
-}
-
-// syncBuffer collects a child's output.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
