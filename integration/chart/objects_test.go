@@ -176,8 +176,18 @@ func TestDefaultImagesAreTheProjectImagesAtAppVersion(t *testing.T) {
 		t.Fatal("no pod-reconciler Deployment")
 	}
 	reconciler := containers(t, deployment)[0]
-	if want := "--mountpoint-image=s3csi/mounter:" + version; !slices.Contains(args(reconciler), want) {
+	want := "--mountpoint-image=s3csi/mounter:" + version
+	if !slices.Contains(args(reconciler), want) {
 		t.Errorf("the pod-reconciler is not given %s: %v", want, args(reconciler))
+	}
+	// The node-agent refuses a Mountpoint Pod of another image repository: it must be told the
+	// image the pod-reconciler gives them.
+	agent := find(objs, "DaemonSet", "s3csi-node-agent")
+	if agent == nil {
+		t.Fatal("no node-agent DaemonSet")
+	}
+	if got := args(containers(t, agent)[0]); !slices.Contains(got, want) {
+		t.Errorf("the node-agent is not given %s: %v", want, got)
 	}
 }
 

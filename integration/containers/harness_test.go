@@ -391,8 +391,8 @@ func (s *stack) nodeAgent() testcontainers.Container {
 		args: []string{
 			"--node-name=" + s.node, "--kubelet-dir=" + root,
 			"--csi-endpoint=unix://" + filepath.Join(mppod.PluginDir(root), "csi.sock"),
-			"--mountpoint-namespace=" + mppod.DefaultNamespace, "--s3-endpoint-url=" + s.s3URL,
-			"--s3-path-style=true", "--remove-startup-taint=false",
+			"--mountpoint-namespace=" + mppod.DefaultNamespace, "--mountpoint-image=" + images["mounter"],
+			"--s3-endpoint-url=" + s.s3URL, "--s3-path-style=true", "--remove-startup-taint=false",
 		},
 		env:        map[string]string{"AWS_ACCESS_KEY_ID": s.s3.AccessKey, "AWS_SECRET_ACCESS_KEY": s.s3.SecretKey},
 		privileged: true,

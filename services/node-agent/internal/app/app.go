@@ -100,7 +100,7 @@ func newService(ctx context.Context, opts *options.Options, cfg *rest.Config) (*
 	if err != nil {
 		return nil, fmt.Errorf("create API client: %w", err)
 	}
-	pods, err := podwatch.New(cfg, scheme, opts.MountpointNamespace, opts.NodeName, api, opts.AttachmentRereadPeriod)
+	pods, err := podwatch.New(cfg, scheme, opts.MountpointNamespace, opts.NodeName, opts.MountpointImage, api, opts.AttachmentRereadPeriod)
 	if err != nil {
 		return nil, err
 	}

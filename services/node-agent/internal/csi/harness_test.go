@@ -28,6 +28,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	s3csiv2 "github.com/s3csi/s3csi/shared/api/v2"
+	"github.com/s3csi/s3csi/shared/fixture"
 	"github.com/s3csi/s3csi/shared/handshake"
 	"github.com/s3csi/s3csi/shared/keymutex"
 	"github.com/s3csi/s3csi/shared/mount"
@@ -204,7 +205,7 @@ func startNode(t testing.TB, o nodeOptions) *node {
 			t.Log("node-agent logs:\n" + n.logs.all())
 		}
 	})
-	pods, err := podwatch.New(apiServer.Config, apiServer.Scheme, mppod.DefaultNamespace, n.name, apiServer.Client, o.fallback)
+	pods, err := podwatch.New(apiServer.Config, apiServer.Scheme, mppod.DefaultNamespace, n.name, fixture.MounterImage, apiServer.Client, o.fallback)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,10 +280,7 @@ func (n *node) startMountpointPod(ctx context.Context, name string) (*mountpoint
 
 // newMountpointPod creates the pod object and its comm dir where the node-agent expects it.
 func (n *node) newMountpointPod(ctx context.Context, name string) (*mountpointPod, error) {
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: mppod.DefaultNamespace},
-		Spec:       corev1.PodSpec{NodeName: n.name, Containers: []corev1.Container{{Name: "mountpoint", Image: "s3csi-mounter"}}},
-	}
+	pod := fixture.MountpointPod(name, n.name)
 	if err := apiServer.Client.Create(ctx, pod); err != nil {
 		return nil, fmt.Errorf("create Mountpoint Pod %s: %w", name, err)
 	}

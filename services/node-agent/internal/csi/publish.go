@@ -16,6 +16,7 @@ import (
 	"github.com/s3csi/s3csi/shared/events/eventspb"
 	"github.com/s3csi/s3csi/shared/mount"
 	"github.com/s3csi/s3csi/shared/mppod"
+	"github.com/s3csi/s3csi/shared/mppod/mppodcheck"
 
 	"github.com/s3csi/s3csi/services/node-agent/internal/attach"
 	"github.com/s3csi/s3csi/services/node-agent/internal/metrics"
@@ -72,6 +73,9 @@ func (s *Server) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	t = time.Now()
 	pod, err := s.pods.WaitRunning(ctx, mp)
 	s.metrics.Phase(metrics.PhaseWaitPod, time.Since(t))
+	if errors.Is(err, mppodcheck.ErrImpostor) {
+		return nil, status.Errorf(codes.FailedPrecondition, "%v", err)
+	}
 	if errors.Is(err, podwatch.ErrCannotStart) {
 		return nil, status.Errorf(codes.Unavailable, "%v; fix it (the Mountpoint Pods run the chart's image.repositories.mounter) and the next retry mounts; "+
 			"see kubectl describe pod -n %s %s", err, s.cfg.MountpointNamespace, mp)

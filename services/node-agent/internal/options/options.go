@@ -43,6 +43,11 @@ type Options struct {
 	// MountpointNamespace is the namespace of the Mountpoint Pods. Defaults to
 	// $MOUNTPOINT_NAMESPACE, else mount-s3.
 	MountpointNamespace string
+	// MountpointImage is the image the pod-reconciler gives Mountpoint Pods (its
+	// --mountpoint-image); a pod of a Mountpoint Pod's name whose image is of another repository
+	// gets no mount and no key. Empty (the default, unless $MOUNTPOINT_IMAGE is set) leaves the
+	// image unchecked; every other field that makes a pod a Mountpoint Pod is checked anyway.
+	MountpointImage string
 	// AttachmentRereadPeriod is the fallback period at which a waiting NodePublishVolume
 	// re-reads the attachments when no attachment.assigned event wakes it.
 	AttachmentRereadPeriod time.Duration
@@ -96,6 +101,7 @@ func New() *Options {
 		CSIEndpoint:    "unix:///var/lib/kubelet/plugins/s3.csi.scality.com/csi.sock",
 
 		MountpointNamespace:    envOr("MOUNTPOINT_NAMESPACE", mppod.DefaultNamespace),
+		MountpointImage:        os.Getenv("MOUNTPOINT_IMAGE"),
 		AttachmentRereadPeriod: attach.DefaultFallback,
 		CleanupPeriod:          cleanup.DefaultPeriod,
 		HealthPeriod:           health.DefaultPeriod,
@@ -130,6 +136,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.KubeletDir, "kubelet-dir", o.KubeletDir, "kubelet root directory on the host")
 	fs.StringVar(&o.CSIEndpoint, "csi-endpoint", o.CSIEndpoint, "CSI gRPC endpoint, unix:///absolute/path")
 	fs.StringVar(&o.MountpointNamespace, "mountpoint-namespace", o.MountpointNamespace, "namespace of the Mountpoint Pods (env MOUNTPOINT_NAMESPACE)")
+	fs.StringVar(&o.MountpointImage, "mountpoint-image", o.MountpointImage,
+		"image of the Mountpoint Pods, as the pod-reconciler sets it; a pod of another image repository gets no mount (env MOUNTPOINT_IMAGE; empty: not checked)")
 	fs.DurationVar(&o.AttachmentRereadPeriod, "attachment-reread-period", o.AttachmentRereadPeriod,
 		"fallback period of the attachment re-read while NodePublishVolume waits, when no event arrives")
 	fs.DurationVar(&o.CleanupPeriod, "cleanup-period", o.CleanupPeriod, "period of the sweep that unmounts sources no Mountpoint Pod serves")
@@ -167,6 +175,9 @@ func (o *Options) Validate() error {
 	}
 	if errs2 := validation.IsDNS1123Label(o.MountpointNamespace); len(errs2) > 0 {
 		errs = append(errs, fmt.Errorf("--mountpoint-namespace %q is not a namespace name: %s", o.MountpointNamespace, strings.Join(errs2, "; ")))
+	}
+	if strings.ContainsAny(o.MountpointImage, " \t\n") {
+		errs = append(errs, fmt.Errorf("--mountpoint-image %q is not an image reference", o.MountpointImage))
 	}
 	if o.AttachmentRereadPeriod < 100*time.Millisecond || o.AttachmentRereadPeriod > time.Minute {
 		errs = append(errs, fmt.Errorf("--attachment-reread-period must be from 100ms to 1m, got %s", o.AttachmentRereadPeriod))

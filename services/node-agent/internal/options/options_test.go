@@ -24,6 +24,7 @@ func TestValidate(t *testing.T) {
 		{Name: "a replay wait under 1s is rejected", Modify: func(o *Options) { o.ReplayWait = time.Millisecond }, WantErr: []string{"--replay-wait"}},
 		{Name: "a sub-second cleanup period is rejected", Modify: func(o *Options) { o.CleanupPeriod = time.Millisecond }, WantErr: []string{"--cleanup-period"}},
 		{Name: "an S3 endpoint without a scheme is rejected", Modify: func(o *Options) { o.S3EndpointURL = "s3.example.com" }, WantErr: []string{"--s3-endpoint-url"}},
+		{Name: "a mountpoint image with a space is rejected", Modify: func(o *Options) { o.MountpointImage = "s3csi/mounter :1" }, WantErr: []string{"--mountpoint-image"}},
 		{Name: "an invalid mountpoint namespace is rejected", Modify: func(o *Options) { o.MountpointNamespace = "Mount_S3" }, WantErr: []string{"--mountpoint-namespace"}},
 		{
 			Name:    "every invalid option is reported at once, common ones included",
@@ -35,7 +36,7 @@ func TestValidate(t *testing.T) {
 
 func TestAddFlags(t *testing.T) {
 	env := map[string]string{
-		"NATS_URL": "", "NODE_NAME": "", "MOUNTPOINT_NAMESPACE": "", "AWS_ENDPOINT_URL": "", "AWS_REGION": "",
+		"NATS_URL": "", "NODE_NAME": "", "MOUNTPOINT_NAMESPACE": "", "MOUNTPOINT_IMAGE": "", "AWS_ENDPOINT_URL": "", "AWS_REGION": "",
 		"AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": "", "AWS_SESSION_TOKEN": "", "AWS_WEB_IDENTITY_TOKEN_FILE": "",
 	}
 	optionstest.FlagTable(t, env, New, []optionstest.FlagCase[*Options]{
@@ -76,7 +77,7 @@ func TestAddFlags(t *testing.T) {
 			Args: []string{
 				"--admin-address=127.0.0.1:9000", "--nats-url=nats://n:4222", "--kubelet-dir=/k8s/kubelet",
 				"--csi-endpoint=unix:///tmp/n.sock", "--kubeconfig=/k", "--log-format=text", "-v=4",
-				"--mountpoint-namespace=mp", "--attachment-reread-period=3s", "--cleanup-period=5m", "--health-period=2s", "--legacy-token-file=/t",
+				"--mountpoint-namespace=mp", "--mountpoint-image=r.example/s3csi/mounter:1", "--attachment-reread-period=3s", "--cleanup-period=5m", "--health-period=2s", "--legacy-token-file=/t",
 				"--resume-wait=3m", "--replay-wait=10m",
 				"--s3-endpoint-url=https://s3.example.com", "--s3-region=eu-west-1", "--s3-path-style=false",
 				"--register-with-kubelet=false", "--remove-startup-taint=false", "--kube-api-qps=20", "--kube-api-burst=40",
@@ -90,6 +91,7 @@ func TestAddFlags(t *testing.T) {
 				o.Logging.Format = "text"
 				o.Logging.Verbosity = 4
 				o.MountpointNamespace = "mp"
+				o.MountpointImage = "r.example/s3csi/mounter:1"
 				o.AttachmentRereadPeriod = 3 * time.Second
 				o.CleanupPeriod = 5 * time.Minute
 				o.HealthPeriod = 2 * time.Second

@@ -1,5 +1,8 @@
 // Package podwatch watches the Mountpoint Pods of this node, and only those: the API server
 // filters by namespace and spec.nodeName, so a node-agent never holds the pods of other nodes.
+// It returns a pod only once mppodcheck.Verify accepts it as the pod the pod-reconciler builds:
+// a pod of a Mountpoint Pod's name that anyone else created is refused (mppodcheck.ErrImpostor)
+// before the node-agent hands it a FUSE connection or writes keys into its comm dir.
 package podwatch
 
 import (
@@ -18,6 +21,8 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/s3csi/s3csi/shared/mppod/mppodcheck"
 )
 
 // ErrPodFinished is returned when a Mountpoint Pod ended before it ran: it will not serve.
@@ -53,6 +58,8 @@ type Watcher struct {
 	// live reads the API server directly every fallback while a publish waits (WaitRunning).
 	live     client.Reader
 	fallback time.Duration
+	// expect is what a Mountpoint Pod of this node must be (mppodcheck.Verify).
+	expect mppodcheck.Expected
 
 	mu        sync.Mutex
 	waiters   map[string]map[chan struct{}]struct{}
@@ -61,7 +68,9 @@ type Watcher struct {
 
 // New returns a Watcher of the pods in namespace scheduled to node. Start runs it. While a
 // publish waits for a pod to run, live (when not nil) is read every fallback besides the watch.
-func New(cfg *rest.Config, scheme *runtime.Scheme, namespace, node string, live client.Reader, fallback time.Duration) (*Watcher, error) {
+// mounterImage is the image the pod-reconciler gives Mountpoint Pods; a pod of another
+// repository is refused (empty: the image is not checked).
+func New(cfg *rest.Config, scheme *runtime.Scheme, namespace, node, mounterImage string, live client.Reader, fallback time.Duration) (*Watcher, error) {
 	c, err := cache.New(cfg, cache.Options{
 		Scheme: scheme,
 		ByObject: map[client.Object]cache.ByObject{
@@ -76,6 +85,7 @@ func New(cfg *rest.Config, scheme *runtime.Scheme, namespace, node string, live 
 		return nil, fmt.Errorf("create mountpoint pod cache: %w", err)
 	}
 	return &Watcher{namespace: namespace, node: node, cache: c, live: live, fallback: fallback,
+		expect:  mppodcheck.Expected{Namespace: namespace, NodeName: node, Image: mounterImage},
 		waiters: map[string]map[chan struct{}]struct{}{}}, nil
 }
 
@@ -143,8 +153,22 @@ func (w *Watcher) observe(p *corev1.Pod) {
 	}
 }
 
-// Get returns the named Mountpoint Pod, or nil when this node has none of that name.
+// Get returns the named Mountpoint Pod, or nil when this node has none of that name; a pod of
+// that name that is not the pod the pod-reconciler builds fails with an error wrapping
+// mppodcheck.ErrImpostor.
 func (w *Watcher) Get(ctx context.Context, name string) (*corev1.Pod, error) {
+	pod, err := w.get(ctx, name)
+	if err != nil || pod == nil {
+		return nil, err
+	}
+	if err := w.verify(pod); err != nil {
+		return nil, err
+	}
+	return pod, nil
+}
+
+// get is Get without the check.
+func (w *Watcher) get(ctx context.Context, name string) (*corev1.Pod, error) {
 	var pod corev1.Pod
 	err := w.cache.Get(ctx, client.ObjectKey{Namespace: w.namespace, Name: name}, &pod)
 	if apierrors.IsNotFound(err) {
@@ -154,6 +178,17 @@ func (w *Watcher) Get(ctx context.Context, name string) (*corev1.Pod, error) {
 		return nil, fmt.Errorf("get mountpoint pod %s: %w", name, err)
 	}
 	return &pod, nil
+}
+
+// verify refuses a pod that is not the Mountpoint Pod the pod-reconciler builds, saying what to
+// do about it.
+func (w *Watcher) verify(pod *corev1.Pod) error {
+	if err := mppodcheck.Verify(pod, w.expect); err != nil {
+		return fmt.Errorf("pod %s/%s (uid %s) was not created by the s3csi pod-reconciler, and gets no mount and no key: %w; "+
+			"delete it (kubectl delete pod -n %s %s) and find who created it: the pod-reconciler then creates the Mountpoint Pod",
+			w.namespace, pod.Name, pod.UID, err, w.namespace, pod.Name)
+	}
+	return nil
 }
 
 // List returns this node's Mountpoint Pods.
@@ -187,13 +222,24 @@ func (w *Watcher) WaitRunning(ctx context.Context, name string) (*corev1.Pod, er
 // except: the pod that serves the name's mount next. A pod that is terminating or finished is
 // waited past (the pod-reconciler replaces it under the same name while workloads use it), and so
 // is a container kubelet cannot start yet (someone may fix its image while the mount waits).
+//
+// A pod mppodcheck.Verify refuses is waited past too (someone may delete it, and the
+// pod-reconciler then creates the real one); when ctx ends first the error says why.
 func (w *Watcher) WaitServing(ctx context.Context, name string, except types.UID) (*corev1.Pod, error) {
-	return w.wait(ctx, name, func(pod *corev1.Pod) (*corev1.Pod, error) {
+	var impostor error
+	pod, err := w.wait(ctx, name, func(pod *corev1.Pod) (*corev1.Pod, error) {
 		if pod == nil || pod.UID == except || pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning {
+			return nil, nil
+		}
+		if impostor = w.verify(pod); impostor != nil {
 			return nil, nil
 		}
 		return pod, nil
 	})
+	if err != nil && impostor != nil {
+		return nil, fmt.Errorf("%w (%w)", err, impostor)
+	}
+	return pod, err
 }
 
 // wait returns the named pod once ready returns it, or ready's error (see WaitRunning).
@@ -219,7 +265,7 @@ func (w *Watcher) wait(ctx context.Context, name string, ready func(*corev1.Pod)
 		defer t.Stop()
 		tick = t.C
 	}
-	pod, err := w.Get(ctx, name)
+	pod, err := w.get(ctx, name)
 	for {
 		if err != nil {
 			return nil, err
@@ -235,7 +281,7 @@ func (w *Watcher) wait(ctx context.Context, name string, ready func(*corev1.Pod)
 			}
 			return nil, fmt.Errorf("wait for mountpoint pod %s/%s to run (%s): %w", w.namespace, name, phase, ctx.Err())
 		case <-ch:
-			pod, err = w.Get(ctx, name)
+			pod, err = w.get(ctx, name)
 		case <-tick:
 			if live, lerr := w.getLive(ctx, name); lerr == nil {
 				pod = live
@@ -252,6 +298,9 @@ func (w *Watcher) running(pod *corev1.Pod) (*corev1.Pod, error) {
 	}
 	switch pod.Status.Phase {
 	case corev1.PodRunning:
+		if err := w.verify(pod); err != nil {
+			return nil, err
+		}
 		return pod, nil
 	case corev1.PodSucceeded, corev1.PodFailed:
 		return nil, fmt.Errorf("mountpoint pod %s/%s is %s: %w", w.namespace, pod.Name, pod.Status.Phase, ErrPodFinished)

@@ -211,7 +211,8 @@ func (m *mounter) next(t *testing.T, what string) *handshake.Request {
 
 var sent = &handshake.Request{Version: handshake.Version, Bucket: "data", MaxRead: 1 << 20,
 	Args: []string{"--read-only"}, Env: []string{"AWS_PROFILE=s3csi", "AWS_ENDPOINT_URL=https://ring.example"},
-	ConfigFile: "credentials/config", CredentialsFile: "credentials/credentials", VolumeId: "vol"}
+	ConfigFile:      filepath.Join(mppod.CredentialsName, credentials.ConfigFileName),
+	CredentialsFile: filepath.Join(mppod.CredentialsName, credentials.CredentialsFileName), VolumeId: "vol"}
 
 // A restarted node-agent keeps a source again only when its mounter gives back the request root
 // recorded sending it; a mounter that answers with another bucket, endpoint or option (its pod

@@ -14,36 +14,26 @@ import (
 	"github.com/s3csi/s3csi/shared/volumecontext"
 )
 
-// Labels and annotations of Mountpoint Pods, besides s3csiv2.LabelDriverVersion.
+// Labels and annotations of Mountpoint Pods, besides s3csiv2.LabelDriverVersion and the labels
+// that make a pod one (mppod.LabelManagedBy, mppod.LabelComponent).
 const (
-	LabelManagedBy      = "app.kubernetes.io/managed-by"
-	LabelComponent      = "app.kubernetes.io/component"
-	ManagedByValue      = "s3csi-pod-reconciler"
-	ComponentMountpoint = "mountpoint"
+	LabelManagedBy      = mppod.LabelManagedBy
+	LabelComponent      = mppod.LabelComponent
+	ManagedByValue      = mppod.ManagedByValue
+	ComponentMountpoint = mppod.ComponentMountpoint
 	// LabelVolumeName and LabelVolumeID carry the PV name and volumeHandle when they are valid
 	// label values (at most 63 characters); the annotations of the same names always do.
 	LabelVolumeName = "s3.csi.scality.com/volume-name"
 	LabelVolumeID   = "s3.csi.scality.com/volume-id"
 )
 
-// Fixed parts of the Mountpoint Pod.
-const (
-	mounterContainerName = "mountpoint"
-	// mounterCommand is the Mountpoint Pod's entrypoint, built by the node-agent module.
-	mounterCommand = "/s3csi-mounter"
-	// commMountPath is where the comm emptyDir is mounted in the mounter container.
-	commMountPath = "/comm"
-	// mounterUID is the unprivileged user the mounter runs as (the FUSE device is opened and
-	// mounted by the node-agent, so the mounter needs no privilege); the node-agent checks it.
-	mounterUID = mppod.MounterUID
-)
+// mounterUID is the unprivileged user the mounter runs as (the FUSE device is opened and mounted
+// by the node-agent, so the mounter needs no privilege); the node-agent checks it.
+const mounterUID = mppod.MounterUID
 
-// mounterArgs starts s3csi-mounter in socket mode: it serves mount.sock in the comm dir and
-// waits for the node-agent to send the FUSE fd, bucket, arguments and environment. The
-// handshake's own flags are the mounter's to define; this is the only one the pod sets.
-func mounterArgs() []string { return []string{"--comm-dir=" + commMountPath} }
-
-// buildMountpointPod returns the Mountpoint Pod name for the volume pv on node.
+// buildMountpointPod returns the Mountpoint Pod name for the volume pv on node. The node-agent
+// hands a pod nothing unless mppodcheck.Verify accepts it: the fields it checks are built from
+// package mppod's constants, and a test keeps the two in step.
 //
 // It passes the restricted Pod Security Standard (non-root, no privilege escalation, all
 // capabilities dropped, RuntimeDefault seccomp), is bound to the node by required node
@@ -92,11 +82,11 @@ func buildMountpointPod(cfg Config, name, node string, pv *corev1.PersistentVolu
 				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 			},
 			Containers: []corev1.Container{{
-				Name:            mounterContainerName,
+				Name:            mppod.ContainerName,
 				Image:           cfg.Mountpoint.Image,
 				ImagePullPolicy: cfg.Mountpoint.ImagePullPolicy,
-				Command:         []string{mounterCommand},
-				Args:            mounterArgs(),
+				Command:         []string{mppod.MounterCommand},
+				Args:            mppod.MounterArgs(),
 				Resources:       resources,
 				SecurityContext: &corev1.SecurityContext{
 					RunAsNonRoot:             ptr.To(true),
@@ -104,7 +94,7 @@ func buildMountpointPod(cfg Config, name, node string, pv *corev1.PersistentVolu
 					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 					SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 				},
-				VolumeMounts: []corev1.VolumeMount{{Name: mppod.CommVolumeName, MountPath: commMountPath}},
+				VolumeMounts: []corev1.VolumeMount{{Name: mppod.CommVolumeName, MountPath: mppod.CommMountPath}},
 			}},
 			Volumes: []corev1.Volume{{
 				Name: mppod.CommVolumeName,

@@ -14,6 +14,8 @@ import (
 
 	s3csiv2 "github.com/s3csi/s3csi/shared/api/v2"
 	"github.com/s3csi/s3csi/shared/fixture"
+	"github.com/s3csi/s3csi/shared/mppod"
+	"github.com/s3csi/s3csi/shared/mppod/mppodcheck"
 )
 
 func TestWatchdog(t *testing.T) {
@@ -140,6 +142,36 @@ func TestMountpointPodTerminationGracePeriod(t *testing.T) {
 			}
 			if g := mp.Spec.TerminationGracePeriodSeconds; g == nil || *g != tt.want {
 				t.Errorf("terminationGracePeriodSeconds = %v, want %d", g, tt.want)
+			}
+		})
+	}
+}
+
+// The node-agent hands a Mountpoint Pod nothing unless mppodcheck.Verify accepts it: every pod
+// the pod-reconciler builds, whatever the volume asks for, must pass, once scheduled on its node.
+func TestEveryBuiltMountpointPodPassesTheNodeAgentsCheck(t *testing.T) {
+	cfg := Config{MountpointNamespace: "mount-s3", DriverVersion: "v1", Mountpoint: MountpointPodConfig{
+		Image: "registry.example:5000/s3csi/mounter:1.2.3", PriorityClassName: "high", ServiceAccountName: "mp",
+		Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resourceMust("100m")}}}}
+	for _, pv := range []*corev1.PersistentVolume{
+		fixture.PV("plain"),
+		fixture.PV("with-resources", fixture.WithVolumeAttribute("mountpointContainerResourcesLimitsMemory", "1Gi"),
+			fixture.WithVolumeAttribute("mountpointContainerResourcesRequestsCPU", "2")),
+		fixture.PV("with-a-service-account", fixture.WithVolumeAttribute("mountpointPodServiceAccountName", "mp-sa")),
+		fixture.PV(strings.Repeat("a-very-long-persistent-volume-name-", 4)),
+	} {
+		t.Run(pv.Name, func(t *testing.T) {
+			name := mppod.Name("0c2f6e3c-6b8e-4c57-9d36-0e7c4f7f9a11", pv.Name)
+			pod, err := buildMountpointPod(cfg, name, "node-a", pv)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := nodeOf(pod); got != "node-a" {
+				t.Fatalf("the pod is bound to %q, want node-a", got)
+			}
+			pod.Spec.NodeName = nodeOf(pod) // the scheduler's binding
+			if err := mppodcheck.Verify(pod, mppodcheck.Expected{Namespace: "mount-s3", NodeName: "node-a", Image: cfg.Mountpoint.Image}); err != nil {
+				t.Fatalf("the node-agent would refuse the pod the pod-reconciler builds: %v", err)
 			}
 		})
 	}
