@@ -69,6 +69,8 @@ type Conn struct {
 	err      error // why the loop ended; read after done
 
 	big, small sync.Pool
+	// replayed is what Resume restored; zero for a Conn that Serve started.
+	replayed Replayed
 }
 
 var syntheticCounter atomic.Uint64

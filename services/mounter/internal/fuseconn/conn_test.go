@@ -100,6 +100,8 @@ type server struct {
 	stdout *bufio.Reader
 	exited chan error
 	stderr *bytes.Buffer
+	// served is the line the server wrote once it served: what it replayed.
+	served string
 }
 
 // spawn starts a server process that waits for begin; resume makes it resume from the journal.
@@ -141,8 +143,8 @@ func (s *server) begin() {
 	if _, err := io.WriteString(s.stdin, "begin\n"); err != nil {
 		s.t.Fatal(err)
 	}
-	if line, _ := s.stdout.ReadString('\n'); line != "serving\n" {
-		s.t.Fatalf("the server did not start: %q, stderr: %s", line, s.stderr)
+	if s.served, _ = s.stdout.ReadString('\n'); !strings.HasPrefix(s.served, "serving ") {
+		s.t.Fatalf("the server did not start: %q, stderr: %s", s.served, s.stderr)
 	}
 }
 
@@ -351,7 +353,7 @@ func TestResumeRefusesAServerThatNegotiatesDifferently(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = unix.Close(dup) }()
-	_, err = Resume(dup, newTestFS("", 0), mo, Options{Journal: c.journal})
+	_, err = Resume(dup, newTestFS("", 0, 0), mo, Options{Journal: c.journal})
 	if err == nil || !strings.Contains(err.Error(), "INIT differently") {
 		t.Fatalf("resume with another max_write: %v, want a refusal", err)
 	}
@@ -465,7 +467,7 @@ func TestResumeRefusesAHostileJournalAtOnce(t *testing.T) {
 	defer func() { _ = unix.Close(dup) }()
 	done := make(chan error, 1)
 	go func() {
-		_, err := Resume(dup, newTestFS("", 0), testMountOptions(), Options{Journal: c.journal})
+		_, err := Resume(dup, newTestFS("", 0, 0), testMountOptions(), Options{Journal: c.journal})
 		done <- err
 	}()
 	select {
@@ -529,5 +531,46 @@ func TestAWriteOpenHeldDuringAHandOverIsServedByTheNextServer(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the held write open was not served by the next server within 10 s")
+	}
+}
+
+// TestAResumeRestoresFiftyThousandNodeIDsBehindASlowFilesystem: a workload walked a directory of
+// 50,000 files, so the kernel holds 50,000 node ids; the server that takes the connection over
+// looks each up again, and each lookup takes 5 ms (an S3 round trip). The replay restores every
+// one with none stale, in the time it takes is logged; the files answer after the resume.
+func TestAResumeRestoresFiftyThousandNodeIDsBehindASlowFilesystem(t *testing.T) {
+	c := mountConnection(t)
+	a := c.start(false)
+	start := time.Now()
+	for i := range wideFiles {
+		if _, err := os.Stat(filepath.Join(c.dir, "wide", wideName(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("the kernel looked up %d files in %s", wideFiles, time.Since(start).Round(time.Millisecond))
+	b := c.spawn(true, "FUSECONN_LOOKUP_DELAY=5ms")
+	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-a.exited; err != nil {
+		t.Fatalf("the stopped server failed: %v, stderr: %s", err, a.stderr)
+	}
+	start = time.Now()
+	b.begin()
+	resumed := time.Since(start)
+	var nodes, stale int
+	var tookText string
+	if _, err := fmt.Sscanf(b.served, "serving nodes=%d staleNodes=%d took=%s", &nodes, &stale, &tookText); err != nil {
+		t.Fatalf("parse %q: %v", b.served, err)
+	}
+	t.Logf("the next server replayed %d node ids (%d stale) in %s; it served %s after it began",
+		nodes, stale, tookText, resumed.Round(time.Millisecond))
+	if nodes < wideFiles || stale != 0 {
+		t.Fatalf("the replay restored %d node ids with %d stale; want at least %d, none stale", nodes, stale, wideFiles)
+	}
+	for i := 0; i < wideFiles; i += 997 {
+		if st, err := os.Stat(filepath.Join(c.dir, "wide", wideName(i))); err != nil || st.Size() != int64(i) {
+			t.Fatalf("stat of %s after the resume: %v, %v", wideName(i), st, err)
+		}
 	}
 }

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"sync"
 	"syscall"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
@@ -59,16 +61,62 @@ func Resume(fd int, fsys fuse.RawFileSystem, mo *fuse.MountOptions, o Options) (
 	return c, resendErr
 }
 
+// Replayed is what a Resume restored of what the kernel holds.
+type Replayed struct {
+	// Nodes and StaleNodes count the node ids looked up again and those that could not be.
+	Nodes, StaleNodes int
+	// Handles and StaleHandles count the file handles opened again and those that could not be.
+	Handles, StaleHandles int
+	// Took is the time the replay took, the INIT's included.
+	Took time.Duration
+}
+
+// Replayed returns what Resume restored; zero for a Conn that Serve started.
+func (c *Conn) Replayed() Replayed { return c.replayed }
+
 // replay rebuilds saved in the filesystem and in c's state.
 func (c *Conn) replay(saved *state) error {
+	start := time.Now()
 	out := c.call(saved.initIn)
 	if !bytes.Equal(out, saved.initOut) {
 		return errors.New("the new server answers the kernel's INIT differently from the old one; remount instead")
 	}
 	c.st.initIn, c.st.initOut = saved.initIn, saved.initOut
 	c.replayNodes(saved.nodes)
-	return c.replayHandles(saved.files)
+	if err := c.replayHandles(saved.files); err != nil {
+		return err
+	}
+	r := Replayed{Took: time.Since(start)}
+	for _, n := range c.st.nodes {
+		r.Nodes++
+		if n.stale {
+			r.StaleNodes++
+		}
+	}
+	for _, f := range c.st.files {
+		r.Handles++
+		if f.stale {
+			r.StaleHandles++
+		}
+	}
+	c.replayed = r
+	c.log.Info("Replayed what the kernel holds of the FUSE connection", "nodes", r.Nodes, "staleNodes", r.StaleNodes,
+		"handles", r.Handles, "staleHandles", r.StaleHandles, "took", r.Took.String())
+	return nil
 }
+
+// replayLookups bounds the lookups a replay has in flight.
+//
+// Problem: a workload that walked a large bucket leaves the kernel holding tens of thousands of
+// node ids, each restored by a lookup that costs the filesystem an S3 round trip: one at a time,
+// 50,000 ids at 5 ms each took over four minutes, past the time a resume may take, and every
+// workload of the volume then got ENOTCONN.
+// Solution: the lookups of one level of the tree (the children of nodes already restored) run
+// side by side, at most replayLookups at once: as many as the S3 client's connections serve
+// without queueing behind each other. Node ids are derived from keys, so the order of the
+// lookups does not change the ids they find.
+// Invariant: a child is looked up only after its parent was restored.
+const replayLookups = 64
 
 // replayNodes looks every node up again, parents before children; a node whose lookup fails or
 // finds another node id is stale, and so are its descendants.
@@ -82,23 +130,31 @@ func (c *Conn) replayNodes(nodes map[uint64]*node) {
 	for len(level) > 0 {
 		var next []uint64
 		for _, parent := range level {
-			for _, id := range children[parent] {
-				n := nodes[id]
-				seen[id] = true
-				restored := parent == rootID || !c.st.nodes[parent].stale
-				if restored && n.stale {
-					restored = false
-				}
-				if restored {
-					restored = c.lookupAgain(parent, id, n.name)
-				}
-				var server uint64
-				if restored {
-					server = 1
-				}
-				c.st.nodes[id] = &node{gen: n.gen, parent: n.parent, name: n.name, kernel: n.kernel, server: server, stale: !restored}
-				next = append(next, id)
+			next = append(next, children[parent]...)
+		}
+		restored := make([]bool, len(next))
+		var wg sync.WaitGroup
+		slots := make(chan struct{}, replayLookups)
+		for i, id := range next {
+			n := nodes[id]
+			seen[id] = true
+			if n.stale || (n.parent != rootID && c.st.nodes[n.parent].stale) {
+				continue
 			}
+			slots <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-slots }()
+				restored[i] = c.lookupAgain(n.parent, id, n.name)
+			})
+		}
+		wg.Wait()
+		for i, id := range next {
+			n := nodes[id]
+			var server uint64
+			if restored[i] {
+				server = 1
+			}
+			c.st.nodes[id] = &node{gen: n.gen, parent: n.parent, name: n.name, kernel: n.kernel, server: server, stale: !restored[i]}
 		}
 		level = next
 	}

@@ -16,12 +16,14 @@ import (
 )
 
 // The test filesystem: "big", a large file whose bytes are a function of their offset (so that a
-// reader can check what it read without a copy), "many/", a directory of small files, "gone", a
-// file a server started with hide=gone does not have, and "sink", a file that accepts writes.
-// Node ids are inode numbers derived from names, as s3fs derives them from keys.
+// reader can check what it read without a copy), "many/", a directory of small files, "wide/", a
+// directory of 50,000 whose lookups take lookupDelay (an S3 round trip), "gone", a file a server
+// started with hide=gone does not have, and "sink", a file that accepts writes. Node ids are
+// inode numbers derived from names, as s3fs derives them from keys.
 const (
 	bigSize   = 1 << 30
 	manyFiles = 2000
+	wideFiles = 50000
 )
 
 // period is prime, so that no two 1 MiB reads at different offsets of "big" return the same bytes.
@@ -55,8 +57,8 @@ func ino(name string) uint64 {
 
 type testRoot struct {
 	fs.Inode
-	hide      string
-	readDelay time.Duration
+	hide                   string
+	readDelay, lookupDelay time.Duration
 }
 
 var _ = (fs.NodeLookuper)((*testRoot)(nil))
@@ -77,6 +79,9 @@ func (r *testRoot) Lookup(ctx context.Context, name string, out *fuse.EntryOut) 
 	case "many":
 		out.Mode = syscall.S_IFDIR | 0o755
 		return r.NewInode(ctx, &testDir{}, fs.StableAttr{Mode: syscall.S_IFDIR, Ino: ino(name)}), 0
+	case "wide":
+		out.Mode = syscall.S_IFDIR | 0o755
+		return r.NewInode(ctx, &wideDir{delay: r.lookupDelay}, fs.StableAttr{Mode: syscall.S_IFDIR, Ino: ino(name)}), 0
 	}
 	return nil, syscall.ENOENT
 }
@@ -105,6 +110,32 @@ func (d *testDir) Readdir(context.Context) (fs.DirStream, syscall.Errno) {
 		entries[i] = fuse.DirEntry{Name: manyName(i), Mode: syscall.S_IFREG, Ino: ino("many/" + manyName(i))}
 	}
 	return fs.NewListDirStream(entries), 0
+}
+
+// wideDir is "wide/": files w00000 to w49999, each lookup taking delay.
+type wideDir struct {
+	fs.Inode
+	delay time.Duration
+}
+
+var _ = (fs.NodeLookuper)((*wideDir)(nil))
+
+func wideName(i int) string { return fmt.Sprintf("w%05d", i) }
+
+func (d *wideDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	var i int
+	if _, err := fmt.Sscanf(name, "w%05d", &i); err != nil || i < 0 || i >= wideFiles || wideName(i) != name {
+		return nil, syscall.ENOENT
+	}
+	if d.delay > 0 {
+		select {
+		case <-time.After(d.delay):
+		case <-ctx.Done():
+			return nil, syscall.EINTR
+		}
+	}
+	out.Mode, out.Size = syscall.S_IFREG|0o644, uint64(i) //nolint:gosec // positive
+	return d.NewInode(ctx, &testFile{size: int64(i)}, fs.StableAttr{Mode: syscall.S_IFREG, Ino: ino("wide/" + name)}), 0
 }
 
 type testFile struct {
@@ -157,9 +188,9 @@ func testMountOptions() *fuse.MountOptions {
 	}
 }
 
-func newTestFS(hide string, readDelay time.Duration) fuse.RawFileSystem {
+func newTestFS(hide string, readDelay, lookupDelay time.Duration) fuse.RawFileSystem {
 	ttl := time.Second
-	return fs.NewNodeFS(&testRoot{hide: hide, readDelay: readDelay}, &fs.Options{
+	return fs.NewNodeFS(&testRoot{hide: hide, readDelay: readDelay, lookupDelay: lookupDelay}, &fs.Options{
 		ExternalNodeID: true, EntryTimeout: &ttl, AttrTimeout: &ttl,
 		MountOptions: *testMountOptions(),
 	})
@@ -174,7 +205,8 @@ func serverMain() int {
 	}
 	dev, journal := 3, os.NewFile(4, "journal")
 	delay, _ := time.ParseDuration(os.Getenv("FUSECONN_READ_DELAY"))
-	fsys := newTestFS(os.Getenv("FUSECONN_HIDE"), delay)
+	lookupDelay, _ := time.ParseDuration(os.Getenv("FUSECONN_LOOKUP_DELAY"))
+	fsys := newTestFS(os.Getenv("FUSECONN_HIDE"), delay, lookupDelay)
 	o := Options{Journal: journal, UID: 0, GID: 0}
 	var c *Conn
 	var err error
@@ -190,7 +222,8 @@ func serverMain() int {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "resume:", err)
 	}
-	_, _ = os.Stdout.WriteString("serving\n")
+	r := c.Replayed()
+	_, _ = fmt.Fprintf(os.Stdout, "serving nodes=%d staleNodes=%d took=%s\n", r.Nodes, r.StaleNodes, r.Took)
 	hold := make(chan os.Signal, 1)
 	signal.Notify(hold, syscall.SIGUSR1)
 	go func() {

@@ -6,24 +6,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/go-logr/logr"
-	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
 
 	"github.com/s3csi/s3csi/shared/testenv"
-
-	"github.com/s3csi/s3csi/services/mounter/internal/mountargs"
 )
 
 // TestAStoppedMountIsResumedUnderItsOpenFiles hands a mount over as a planned stop does: the
@@ -160,139 +153,4 @@ func memfd() (*os.File, error) {
 		return nil, err
 	}
 	return os.NewFile(uintptr(fd), "s3fs-state"), nil
-}
-
-// TestAResumeRestoresFiftyThousandNodeIDsBehindASlowEndpoint resumes a connection whose kernel
-// holds 50,000 node ids (50 directories of 1,000 files, each stat'ed through the mount) with
-// 5 ms added to every S3 request while the second server restores them: a replay that looks the
-// ids up one at a time needs 250 s at least, a resume must finish in a quarter of that. Every
-// file then opens through the dentry the kernel kept, so an id the replay left stale fails with
-// ESTALE.
-func TestAResumeRestoresFiftyThousandNodeIDsBehindASlowEndpoint(t *testing.T) {
-	const (
-		dirs    = 50
-		perDir  = 1000
-		files   = dirs * perDir
-		latency = 5 * time.Millisecond
-		workers = 64
-	)
-	name := func(i int) string { return fmt.Sprintf("d%02d/f%04d", i/perDir, i%perDir) }
-	s := testenv.StartS3(t)
-	began := time.Now()
-	putMany(t, s, files, workers, name)
-	t.Logf("put %d objects in %v", files, time.Since(began).Round(time.Millisecond))
-
-	var slow atomic.Bool
-	var heads atomic.Int64
-	endpoint := proxyEndpoint(t, s.Endpoint, func(r *http.Request) {
-		if slow.Load() {
-			if r.Method == http.MethodHead {
-				heads.Add(1)
-			}
-			time.Sleep(latency)
-		}
-	})
-	state, err := memfd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer state.Close()
-	opts := baseOptions(s)
-	opts.EndpointURL = endpoint
-	// The kernel keeps every dentry for the whole test, so the opens after the resume reach the
-	// node ids the replay restored instead of looking the names up again.
-	opts.MetadataTTL = &mountargs.TTL{Duration: 10 * time.Minute}
-	cfg := Config{
-		Options:     opts,
-		Credentials: credentials.NewStaticCredentialsProvider(s.AccessKey, s.SecretKey, ""),
-		Log:         logr.Discard(),
-		State:       state,
-	}
-	requireFUSE(t)
-	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	first, err := Mount(ctx, dir, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	held, err := unix.FcntlInt(first.dev.Fd(), unix.F_DUPFD_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	began = time.Now()
-	forEach(t, files, workers, func(i int) error {
-		var st unix.Stat_t
-		return unix.Stat(filepath.Join(dir, name(i)), &st)
-	})
-	t.Logf("stat'ed %d files through the mount in %v", files, time.Since(began).Round(time.Millisecond))
-	first.Stop()
-	if err := first.Wait(); !errors.Is(err, ErrStopped) {
-		t.Fatalf("Wait after Stop = %v, want ErrStopped", err)
-	}
-
-	slow.Store(true)
-	cfg.Resume = true
-	began = time.Now()
-	second, err := MountFD(ctx, held, cfg)
-	took := time.Since(began)
-	slow.Store(false)
-	if err != nil {
-		t.Fatalf("resume: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
-			t.Error(err)
-		}
-		_ = second.Wait()
-	})
-	t.Logf("resumed with %d HEADs behind %v of latency in %v", heads.Load(), latency, took.Round(time.Millisecond))
-	if heads.Load() < files {
-		t.Errorf("the resume sent %d HEADs, want one per file at least (%d): the kernel did not hold every node id", heads.Load(), files)
-	}
-	if serial := files * latency; took > serial/4 {
-		t.Errorf("the resume took %v, want under %v (a quarter of looking every id up in turn)", took, serial/4)
-	}
-	forEach(t, files, workers, func(i int) error {
-		fd, err := unix.Open(filepath.Join(dir, name(i)), unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return err
-		}
-		return unix.Close(fd)
-	})
-}
-
-// putMany puts n one-byte objects named name(i) with the given number of requests in flight.
-func putMany(t *testing.T, s *testenv.S3, n, workers int, name func(int) string) {
-	t.Helper()
-	transport := &http.Transport{MaxIdleConnsPerHost: workers}
-	defer transport.CloseIdleConnections()
-	client := s3.New(s.RootClient().Options(), func(o *s3.Options) { o.HTTPClient = &http.Client{Transport: transport} })
-	forEach(t, n, workers, func(i int) error {
-		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-		defer cancel()
-		_, err := client.PutObject(ctx, &s3.PutObjectInput{
-			Bucket: aws.String(s.Bucket), Key: aws.String(name(i)), Body: bytes.NewReader([]byte("x")),
-		})
-		return err
-	})
-}
-
-// forEach calls f(i) for every i below n from the given number of goroutines and fails the test
-// with the first error.
-func forEach(t *testing.T, n, workers int, f func(i int) error) {
-	t.Helper()
-	var g errgroup.Group
-	g.SetLimit(workers)
-	for i := range n {
-		g.Go(func() error {
-			if err := f(i); err != nil {
-				return fmt.Errorf("item %d: %w", i, err)
-			}
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
-		t.Fatal(err)
-	}
 }
