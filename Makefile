@@ -214,7 +214,8 @@ BUSYBOX_APPLETS     := ash awk basename cat chmod chown cp cut date dd df diff d
   readlink rm rmdir sed seq sh sha256sum sleep sort stat sync tail tar tee test timeout touch tr true \
   umount uname uniq vi wc wget which xargs yes
 
-IMAGE_GO       = cd $(1) && $(GO_RELEASE) GOOS=linux GOARCH=amd64 $(GO) build
+# $(call IMAGE_GO,DIR[,GOARCH]): go build in DIR for linux/GOARCH (default amd64).
+IMAGE_GO       = cd $(1) && $(GO_RELEASE) GOOS=linux GOARCH=$(or $(2),amd64) $(GO) build
 IMAGE_LDFLAGS  := -s -w $(LDFLAGS)
 
 # $(call image,NAME,TAG,UID,LICENSES,PACKAGED_VERSION,FLAGS[,REPOSITORY]) defines IMAGE_OUT_NAME, the
@@ -259,6 +260,19 @@ PRODUCT_IMAGES := controller pod-reconciler node-agent janitor mounter nats csi-
 CLUSTER_IMAGES := pause coredns busybox
 E2E_IMAGES     := e2e-busybox e2e-jessie-dnsutils e2e-agnhost
 
+# $(call product_bins,GOARCH,DIR): the go build commands of the product images' binaries for
+# linux/GOARCH into DIR, one recipe line each (images-product and images-release share them).
+define product_bins
+@$(call IMAGE_GO,services/csi-controller/cmd/s3csi-controller,$(1)) -ldflags "$(IMAGE_LDFLAGS)" -o $(2)/ .
+@$(call IMAGE_GO,services/pod-reconciler/cmd/s3csi-pod-reconciler,$(1)) -ldflags "$(IMAGE_LDFLAGS)" -o $(2)/ .
+@$(call IMAGE_GO,services/node-agent/cmd/s3csi-node-agent,$(1)) -ldflags "$(IMAGE_LDFLAGS)" -o $(2)/ .
+@$(call IMAGE_GO,services/janitor/cmd/s3csi-janitor,$(1)) -ldflags "$(IMAGE_LDFLAGS)" -o $(2)/ .
+@$(call IMAGE_GO,$(MOUNTER_MAIN),$(1)) -ldflags "$(IMAGE_LDFLAGS)" -o $(2)/s3csi-mounter .
+@$(call IMAGE_GO,shared,$(1)) -ldflags "-s -w" -o $(2)/ github.com/nats-io/nats-server/v2
+@$(call IMAGE_GO,hack/tools/csi-provisioner,$(1)) -ldflags "-s -w -X main.version=$(PROVISIONER_VERSION)" -o $(2)/ github.com/kubernetes-csi/external-provisioner/v6/cmd/csi-provisioner
+
+endef
+
 .PHONY: images
 images: images-product images-cluster ## Build every image into bin/images/ (product and test cluster); cached.
 	@$(IMAGEBUILD) list $(foreach n,$(PRODUCT_IMAGES) $(CLUSTER_IMAGES),$(IMAGE_OUT_$(n)))
@@ -267,14 +281,7 @@ images: images-product images-cluster ## Build every image into bin/images/ (pro
 images-product: $(IMAGEBUILD) ## Build the product images (the four services, mounter, NATS, CSI provisioner).
 	@mkdir -p $(IMAGE_BIN) $(IMAGES_DIR)
 	@echo "== go build (product binaries, VERSION=$(VERSION))"
-	@$(call IMAGE_GO,services/csi-controller/cmd/s3csi-controller) -ldflags "$(IMAGE_LDFLAGS)" -o $(IMAGE_BIN)/ .
-	@$(call IMAGE_GO,services/pod-reconciler/cmd/s3csi-pod-reconciler) -ldflags "$(IMAGE_LDFLAGS)" -o $(IMAGE_BIN)/ .
-	@$(call IMAGE_GO,services/node-agent/cmd/s3csi-node-agent) -ldflags "$(IMAGE_LDFLAGS)" -o $(IMAGE_BIN)/ .
-	@$(call IMAGE_GO,services/janitor/cmd/s3csi-janitor) -ldflags "$(IMAGE_LDFLAGS)" -o $(IMAGE_BIN)/ .
-	@$(call IMAGE_GO,$(MOUNTER_MAIN)) -ldflags "$(IMAGE_LDFLAGS)" -o $(IMAGE_BIN)/s3csi-mounter .
-	@$(call IMAGE_GO,shared) -ldflags "-s -w" -o $(IMAGE_BIN)/ github.com/nats-io/nats-server/v2
-	@$(call IMAGE_GO,hack/tools/csi-provisioner) -ldflags "-s -w -X main.version=$(PROVISIONER_VERSION)" \
-	  -o $(IMAGE_BIN)/ github.com/kubernetes-csi/external-provisioner/v6/cmd/csi-provisioner
+	$(call product_bins,amd64,$(IMAGE_BIN))
 	@$(foreach n,$(PRODUCT_IMAGES),$(IMAGEBUILD) build -out $(IMAGE_OUT_$(n)) $(IMAGE_ARGS_$(n)) &&) true
 
 .PHONY: images-cluster
@@ -300,6 +307,32 @@ images-check: $(IMAGEBUILD) ## Read every image tarball back and check it agains
 .PHONY: images-verify
 images-verify: ## Import every image tarball into a private containerd and podman store; check names, run a few.
 	hack/images-verify.sh $(foreach n,$(PRODUCT_IMAGES) $(CLUSTER_IMAGES),$(IMAGE_OUT_$(n)))
+
+# Release images: the product images for every RELEASE_ARCHES, each an OCI image index in an OCI
+# layout, bin/release/images/<name>/, with an SPDX SBOM per platform (in the layout as a referrer
+# of the platform's manifest, and as bin/release/sbom/<name>-<arch>.spdx.json). The specs are the
+# IMAGE_ARGS of `make images` with the binaries' directory made bin/linux_{arch} (imagebuild puts
+# each platform's architecture for {arch}). `make images` and its tarballs are not touched.
+RELEASE_DIR    := $(BIN)/release
+RELEASE_ARCHES := amd64 arm64
+# make push REGISTRY=host[:port]/prefix pushes <prefix>/<name>:VERSION; checked before anything is built.
+ifneq ($(filter push,$(MAKECMDGOALS)),)
+ifeq ($(strip $(REGISTRY)),)
+$(error usage: make push REGISTRY=host[:port]/prefix (e.g. REGISTRY=ghcr.io/s3csi, or 127.0.0.1:5000/s3csi for a local registry))
+endif
+endif
+
+.PHONY: images-release
+images-release: $(IMAGEBUILD) ## Build the product images for linux/amd64 and linux/arm64 as OCI image indexes with SBOMs into bin/release/.
+	@mkdir -p $(foreach a,$(RELEASE_ARCHES),$(BIN)/linux_$(a)) $(RELEASE_DIR)/images $(RELEASE_DIR)/sbom
+	@echo "== go build (product binaries for $(RELEASE_ARCHES), VERSION=$(VERSION))"
+	$(foreach a,$(RELEASE_ARCHES),$(call product_bins,$(a),$(BIN)/linux_$(a)))
+	@$(foreach n,$(PRODUCT_IMAGES),$(IMAGEBUILD) index -out $(RELEASE_DIR)/images/$(n) -sbom-dir $(RELEASE_DIR)/sbom \
+	  $(addprefix -platform linux/,$(RELEASE_ARCHES)) $(subst =$(IMAGE_BIN)/,=$(BIN)/linux_{arch}/,$(IMAGE_ARGS_$(n))) &&) true
+
+.PHONY: push
+push: images-release ## Push every release image to REGISTRY=host[:port]/prefix as <prefix>/<name>:VERSION (Docker config credentials).
+	@$(IMAGEBUILD) push -registry $(REGISTRY) $(foreach n,$(PRODUCT_IMAGES),$(RELEASE_DIR)/images/$(n))
 
 .PHONY: $(IMAGEBUILD)
 $(IMAGEBUILD): # Always handed to go build: its cache makes an unchanged build instant.

@@ -17,6 +17,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
 // layerTime is the modification time of every entry of the layer: fixed, so equal inputs give an
@@ -88,8 +89,15 @@ func Build(s *Spec, out string) (Result, error) {
 	return Result{Digest: digest, Size: st.Size()}, nil
 }
 
-// Image assembles the image of s in memory: an empty base and one layer.
-func Image(s *Spec) (v1.Image, error) {
+// Image assembles the image of s in memory: an empty base and one layer, with Docker's media
+// types (a docker-archive tarball records none; `ctr import` and `podman load` expect them).
+func Image(s *Spec) (v1.Image, error) { return assemble(s, false) }
+
+// OCIImage assembles the image of s as Image does, with OCI media types for its manifest, config
+// and layer, as an OCI image index and layout require.
+func OCIImage(s *Spec) (v1.Image, error) { return assemble(s, true) }
+
+func assemble(s *Spec, oci bool) (v1.Image, error) {
 	if err := s.Validate(); err != nil {
 		return nil, err
 	}
@@ -97,15 +105,19 @@ func Image(s *Spec) (v1.Image, error) {
 	if err != nil {
 		return nil, err
 	}
+	layerOpts := []tarball.LayerOption{tarball.WithCompressedCaching}
+	if oci {
+		layerOpts = append(layerOpts, tarball.WithMediaType(types.OCILayer))
+	}
 	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
 		return io.NopCloser(bytes.NewReader(content)), nil
-	}, tarball.WithCompressedCaching)
+	}, layerOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("compress layer of %s: %w", s.Ref, err)
 	}
 	created := v1.Time{Time: s.Created.UTC()}
 	cfg := &v1.ConfigFile{
-		Architecture: "amd64",
+		Architecture: s.arch(),
 		OS:           "linux",
 		Created:      created,
 		RootFS:       v1.RootFS{Type: "layers"},
@@ -128,6 +140,9 @@ func Image(s *Spec) (v1.Image, error) {
 	})
 	if err != nil {
 		return nil, fmt.Errorf("add layer to %s: %w", s.Ref, err)
+	}
+	if oci {
+		img = mutate.ConfigMediaType(mutate.MediaType(img, types.OCIManifestSchema1), types.OCIConfigJSON)
 	}
 	return img, nil
 }

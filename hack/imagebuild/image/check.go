@@ -42,8 +42,8 @@ func Check(s *Spec, path string) error {
 	wrong := func(what string, got, want any) {
 		errs = append(errs, fmt.Errorf("%s: %s is %v, want %v", s.Ref, what, got, want))
 	}
-	if cfg.OS != "linux" || cfg.Architecture != "amd64" {
-		wrong("platform", cfg.OS+"/"+cfg.Architecture, "linux/amd64")
+	if want := "linux/" + s.arch(); cfg.OS+"/"+cfg.Architecture != want {
+		wrong("platform", cfg.OS+"/"+cfg.Architecture, want)
 	}
 	if !slices.Equal(cfg.Config.Entrypoint, s.Entrypoint) {
 		wrong("entrypoint", cfg.Config.Entrypoint, s.Entrypoint)

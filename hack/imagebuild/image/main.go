@@ -1,21 +1,26 @@
 package image
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/s3csi/s3csi/hack/imagebuild/push"
 )
 
 // UsageError is a wrong command line.
 type UsageError struct{ error }
 
-// Main runs one imagebuild subcommand (build, check or list) and writes its report to w.
-func Main(args []string, w io.Writer) error {
+// Main runs one imagebuild subcommand (build, check, list, index or push) and writes its report
+// to w; ctx bounds a push.
+func Main(ctx context.Context, args []string, w io.Writer) error {
 	if len(args) == 0 {
-		return UsageError{fmt.Errorf("want a subcommand: build, check or list")}
+		return UsageError{fmt.Errorf("want a subcommand: build, check, list, index or push")}
 	}
 	fs := flag.NewFlagSet("imagebuild "+args[0], flag.ContinueOnError)
 	fs.SetOutput(w)
@@ -60,8 +65,86 @@ func Main(args []string, w io.Writer) error {
 			}
 		}
 		return nil
+	case "index":
+		return indexCommand(fs, args[1:], w)
+	case "push":
+		return pushCommand(ctx, fs, args[1:], w)
 	}
-	return UsageError{fmt.Errorf("unknown subcommand %q: want build, check or list", args[0])}
+	return UsageError{fmt.Errorf("unknown subcommand %q: want build, check, list, index or push", args[0])}
+}
+
+// indexCommand runs `imagebuild index`: BuildIndex over the spec flags, for each -platform.
+func indexCommand(fs *flag.FlagSet, args []string, w io.Writer) error {
+	out := fs.String("out", "", "the OCI layout directory to write, e.g. bin/release/images/controller")
+	sbomDir := fs.String("sbom-dir", "", "the directory of the SPDX documents, written as <base of -out>-<arch>.spdx.json")
+	var platforms listFlag
+	fs.Var(&platforms, "platform", "linux/ARCH: a platform of the index (repeatable, in order); "+
+		ArchPlaceholder+" in a -file source stands for ARCH")
+	spec := AddSpecFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return UsageError{err}
+	}
+	if *out == "" || *sbomDir == "" || len(platforms) == 0 || fs.NArg() != 0 {
+		return UsageError{fmt.Errorf("want -out, -sbom-dir, at least one -platform and no arguments")}
+	}
+	var archs []string
+	for _, p := range platforms {
+		goos, arch, ok := strings.Cut(p, "/")
+		if !ok || goos != "linux" || !archPattern.MatchString(arch) {
+			return UsageError{fmt.Errorf("parse -platform %q: want linux/ARCH, e.g. linux/arm64", p)}
+		}
+		archs = append(archs, arch)
+	}
+	s, err := spec()
+	if err != nil {
+		return UsageError{err}
+	}
+	r, err := BuildIndex(s, archs, *out, *sbomDir)
+	if err != nil {
+		return err
+	}
+	state := "built"
+	if r.Unchanged {
+		state = "same "
+	}
+	line := fmt.Sprintf("%s %-28s %s", state, filepath.Base(*out)+":"+r.Tag, r.Digest.Hex[:12])
+	for _, p := range r.Platforms {
+		line += fmt.Sprintf("  linux/%s %5.1f MB", p.Arch, float64(p.LayerSize)/1e6)
+	}
+	_, err = fmt.Fprintln(w, line)
+	return err
+}
+
+// pushCommand runs `imagebuild push`: each layout's tagged index and its referrers to
+// -registry/<base of the layout directory>:<tag>.
+func pushCommand(ctx context.Context, fs *flag.FlagSet, args []string, w io.Writer) error {
+	registry := fs.String("registry", "", "host[:port]/prefix to push to, e.g. ghcr.io/s3csi or 127.0.0.1:5000/s3csi")
+	if err := fs.Parse(args); err != nil {
+		return UsageError{err}
+	}
+	if *registry == "" || fs.NArg() == 0 {
+		return UsageError{fmt.Errorf("want -registry host[:port]/prefix and at least one OCI layout directory")}
+	}
+	o := push.Options{Registry: *registry}
+	for _, dir := range fs.Args() {
+		if _, err := o.Repository(filepath.Base(dir)); err != nil {
+			return UsageError{err}
+		}
+	}
+	for _, dir := range fs.Args() {
+		l, err := ReadLayout(dir)
+		if err != nil {
+			return err
+		}
+		r, err := push.Index(ctx, o, filepath.Base(dir), l.Index, l.Tag, l.Referrers)
+		if err != nil {
+			return err
+		}
+		if _, err := fmt.Fprintf(w, "pushed %s@%s (%d images, %d referrers)\n", r.Ref, r.Digest, r.Manifests, r.Referrers); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // list prints one line per tarball: reference, compressed size, uid and entrypoint.

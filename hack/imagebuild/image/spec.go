@@ -69,6 +69,10 @@ type Spec struct {
 	Labels map[string]string
 	// Created is the config's creation time; the commit time keeps builds reproducible.
 	Created time.Time
+	// Arch is the image's architecture (a GOARCH: amd64, arm64); the OS is always linux. Empty
+	// means amd64, and is left out of the InputDigest so that the records of the amd64-only
+	// tarballs stay valid.
+	Arch string `json:",omitempty"`
 }
 
 // Validate reports a Spec that cannot make a runnable image.
@@ -102,6 +106,14 @@ func (s *Spec) Validate() error {
 		}
 	}
 	return nil
+}
+
+// arch is the image's architecture: Arch, or amd64.
+func (s *Spec) arch() string {
+	if s.Arch == "" {
+		return "amd64"
+	}
+	return s.Arch
 }
 
 // program is what a container runs when it gives no command of its own: the entrypoint's first
