@@ -273,7 +273,7 @@ func (s *Sources) Reattach(ctx context.Context) (int, error) {
 	}
 	for _, mp := range recorded {
 		if !mounted(mp) {
-			_ = removeRecord(s.cfg.KubeletDir, mp)
+			s.forgetUnmounted(mp)
 		}
 	}
 	names, err := mppod.SourceNames(s.cfg.KubeletDir)
@@ -311,6 +311,25 @@ func (s *Sources) Reattach(ctx context.Context) (int, error) {
 	}
 	wg.Wait()
 	return n, nil
+}
+
+// forgetUnmounted removes mp's record unless its source is mounted now: under mp's lock, which a
+// publish that mounts the source and records it holds, the mount table is read again.
+func (s *Sources) forgetUnmounted(mp string) {
+	unlock := s.locks.Lock(mp)
+	defer unlock()
+	source, err := mppod.SourceDir(s.cfg.KubeletDir, mp)
+	if err != nil {
+		return
+	}
+	table, err := mount.ReadTable()
+	if err != nil {
+		return
+	}
+	if e, ok := table.Lookup(source); ok && mount.IsFUSE(e) {
+		return
+	}
+	_ = removeRecord(s.cfg.KubeletDir, mp)
 }
 
 func (s *Sources) reattach(ctx context.Context, mp string) error {
