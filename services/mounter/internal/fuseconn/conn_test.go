@@ -574,3 +574,55 @@ func TestAResumeRestoresFiftyThousandNodeIDsBehindASlowFilesystem(t *testing.T) 
 		}
 	}
 }
+
+// A journal whose node ids name each other as parents (the root among them) makes the next
+// server's replay end, each node looked up once, instead of walking the cycle for ever; the
+// nodes the kernel really holds are restored.
+func TestAReplayEndsOnAJournalWhoseParentsFormACycle(t *testing.T) {
+	c := mountConnection(t)
+	a := c.start(false)
+	if _, err := os.Stat(filepath.Join(c.dir, "many")); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-a.exited; err != nil {
+		t.Fatalf("the stopped server failed: %v, stderr: %s", err, a.stderr)
+	}
+	st, err := c.journal.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The root, as a child of "many", which is a child of the root.
+	cycle := nodeRec(rootID, &node{parent: ino("many"), name: "f0001"}, 1)
+	if _, err := c.journal.WriteAt(frame(nil, cycle), st.Size()); err != nil {
+		t.Fatal(err)
+	}
+	dup, err := unix.Dup(int(c.dev.Fd()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = unix.Close(dup) }()
+	type resumed struct {
+		conn *Conn
+		err  error
+	}
+	done := make(chan resumed, 1)
+	go func() {
+		conn, err := Resume(dup, newTestFS("", 0, 0), testMountOptions(), Options{Journal: c.journal})
+		done <- resumed{conn, err}
+	}()
+	select {
+	case r := <-done:
+		if r.conn == nil {
+			t.Fatalf("resume from a journal whose parents form a cycle: %v", r.err)
+		}
+		defer r.conn.Stop()
+		if got := r.conn.Replayed(); got.Nodes == 0 || got.StaleNodes != 0 {
+			t.Fatalf("the replay restored %d node ids with %d stale; want \"many\", not stale", got.Nodes, got.StaleNodes)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the replay of a journal whose parents form a cycle still runs after 20 s")
+	}
+}

@@ -112,32 +112,38 @@ func (c *Conn) replay(saved *state) error {
 // 50,000 ids at 5 ms each took over four minutes, past the time a resume may take, and every
 // workload of the volume then got ENOTCONN.
 // Solution: the lookups of one level of the tree (the children of nodes already restored) run
-// side by side, at most replayLookups at once: as many as the S3 client's connections serve
-// without queueing behind each other. Node ids are derived from keys, so the order of the
+// side by side, at most replayLookups at once: as many as the kernel itself keeps in flight
+// (max_background). Node ids are derived from keys, so the order of the
 // lookups does not change the ids they find.
 // Invariant: a child is looked up only after its parent was restored.
 const replayLookups = 64
 
 // replayNodes looks every node up again, parents before children; a node whose lookup fails or
-// finds another node id is stale, and so are its descendants.
+// finds another node id is stale, and so are its descendants. Each node is visited once, from the
+// root: a journal whose parents form a cycle (a hostile one, or a node that is its own ancestor)
+// would otherwise be walked for ever.
 func (c *Conn) replayNodes(nodes map[uint64]*node) {
 	children := map[uint64][]uint64{}
 	for id, n := range nodes {
 		children[n.parent] = append(children[n.parent], id)
 	}
 	level := []uint64{rootID}
-	seen := map[uint64]bool{}
+	seen := map[uint64]bool{rootID: true}
 	for len(level) > 0 {
 		var next []uint64
 		for _, parent := range level {
-			next = append(next, children[parent]...)
+			for _, id := range children[parent] {
+				if !seen[id] {
+					seen[id] = true
+					next = append(next, id)
+				}
+			}
 		}
 		restored := make([]bool, len(next))
 		var wg sync.WaitGroup
 		slots := make(chan struct{}, replayLookups)
 		for i, id := range next {
 			n := nodes[id]
-			seen[id] = true
 			if n.stale || (n.parent != rootID && c.st.nodes[n.parent].stale) {
 				continue
 			}
@@ -165,7 +171,9 @@ func (c *Conn) replayNodes(nodes map[uint64]*node) {
 	}
 }
 
-// lookupAgain looks name up in parent and reports whether it is node id.
+// lookupAgain looks name up in parent and reports whether it is node id. replayNodes calls it
+// from many goroutines at once, as serve passes the kernel's requests: call allocates its own
+// reply, and the protocol server locks what its requests share.
 func (c *Conn) lookupAgain(parent, id uint64, name string) bool {
 	if name == "" {
 		return false
