@@ -135,7 +135,9 @@ func (s *Sources) Keep(ctx context.Context, mp string, pod *corev1.Pod, dev *os.
 		return err
 	}
 	c := &custody{req: proto.CloneOf(sent.Request), driverProfile: sent.DriverCredentials, profiles: sent.Profiles, known: true}
-	c.req.Resume = false
+	// As the exchange sends it (handshake.Keep sets the version): the record is compared with
+	// what the mounter says it serves.
+	c.req.Resume, c.req.Version = false, handshake.Version
 	s.open(mp, c)
 	k, err := handshake.Keep(ctx, filepath.Join(commDir, mppod.MountSockName), s.cfg.MounterUID, dev, proto.CloneOf(c.req),
 		s.keepOptions(ctx, mp, pod.UID, c))
@@ -185,13 +187,19 @@ func (s *Sources) close(mp string, c *custody) bool {
 	return true
 }
 
-// watch forgets c and its record once k lets its connection go (the source was unmounted, or no
-// mounter took it over).
+// watch forgets c once k lets its connection go, and its record once the source is unmounted.
+//
+// Problem: k also lets go when this process stops (a node-agent restart, a DaemonSet roll); a
+// record removed then left the restarted node-agent nothing to reattach with, and the mounter
+// never handed its mount over again.
+// Solution: the record goes only when the mount table no longer holds the source
+// (forgetUnmounted); a record left by a source that died is replaced by the next publish's, or
+// removed at the next start.
 func (s *Sources) watch(mp string, k *handshake.Kept, c *custody) {
 	go func() {
 		<-k.Done()
 		if s.close(mp, c) {
-			_ = removeRecord(s.cfg.KubeletDir, mp)
+			s.forgetUnmounted(mp)
 		}
 	}()
 }

@@ -363,7 +363,11 @@ func TestKeepRecordsTheRequestNeverAKey(t *testing.T) {
 	m := f.startMounter(t, pod, nil)
 	s := f.sources(credentials.Profiles{})
 	keys := credentials.Render(credentials.Static{AccessKeyID: "AKID", SecretAccessKey: "the-secret-key"}, "us-east-1")
-	if err := s.Keep(f.ctx(t), f.mp, pod, f.dev, Sent{Request: sent, Profiles: keys}); err != nil {
+	// The caller's request names no version: Keep's exchange sets it, and the record must hold
+	// what the mounter received, or a restarted node-agent could never reattach.
+	unversioned := proto.CloneOf(sent)
+	unversioned.Version = 0
+	if err := s.Keep(f.ctx(t), f.mp, pod, f.dev, Sent{Request: unversioned, Profiles: keys}); err != nil {
 		t.Fatal(err)
 	}
 	m.next(t, "mount request")
