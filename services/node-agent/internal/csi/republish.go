@@ -68,7 +68,11 @@ func (s *Server) republish(ctx context.Context, p *publishRequest) (bool, error)
 	}
 	pod, err := s.pods.Get(ctx, mp)
 	if err != nil || pod == nil {
-		// The published mount is fine; credentials are refreshed on the next republish.
+		// The published mount is fine; credentials are refreshed on the next republish. A pod
+		// of that name that is not the Mountpoint Pod gets no key, and the operator is told.
+		if err != nil {
+			log.Error(err, "Credentials not refreshed", "mountpointPod", mp)
+		}
 		return true, nil
 	}
 	unlock, err := s.mpLocks.LockContext(ctx, mp)
