@@ -1,85 +1,59 @@
-// Package mountopts applies the node-agent's policy to a volume's mount options (the
-// PersistentVolume's mountOptions, mount-s3 command-line options): an allow-list, checked
-// values, and the options the driver adds itself.
+// Package mountopts applies the driver's policy to a volume's mount options (the
+// PersistentVolume's mountOptions, mount-s3 command-line options): every option it knows works,
+// is ignored with a warning, or is refused with the reason (options.go, the one table, which
+// docs/mount-options.md shows).
 //
 // Problem: mount options are written by users who may not be trusted with the node: an
-// --endpoint-url sends the driver's credentials to a chosen host, a --cache or --log-directory
-// with a host path writes where it should not, and a value may smuggle a second option.
-// Solution: only listed options are accepted, each value must match its pattern, and anything
-// else is refused with the reason, never silently dropped.
-// Invariant: the mounter only ever receives options from the allow-list, in canonical form.
+// --endpoint-url sends the driver's credentials to a chosen host, a --log-directory writes where
+// it should not, and a value may smuggle a second option. And they were written for the Scality
+// and AWS drivers, whose PersistentVolumes carry options s3csi-mounter has no use for
+// (debug-crt, maximum-throughput-gbps) or spells differently (cache with a host path).
+// Solution: only listed options are accepted, each value must match its pattern, anything
+// unknown or refused fails with the reason, and an option that only tunes mount-s3 is dropped
+// with a warning (Warnings) that the node-agent shows the workload, never silently.
+// Invariant: the mounter only ever receives options that work, in canonical form.
 //
 // Two modules apply it: the node-agent to a volume's mount options (Parse), and the mounter, in
 // socket mode, to the arguments and environment of every mount request it receives (CheckArgs,
 // CheckEnv), so that a compromised peer on the mounter's socket cannot make it use what the
-// policy refuses. Both read the lists below: there is one allow-list.
+// policy refuses. Both read the table in options.go: there is one allow-list.
 package mountopts
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"math"
+	"path"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 )
 
-// kind is what an option's value must look like.
-type kind int
-
-const (
-	flag kind = iota
-	uintValue
-	octalMode
-	word
-	prefixValue
-	ttlValue
-	relativeName
-)
-
-// allowed lists the options users may set.
-var allowed = map[string]kind{
-	"allow-delete": flag, "allow-overwrite": flag, "allow-other": flag, "allow-root": flag,
-	"read-only": flag, "force-path-style": flag, "requester-pays": flag, "debug": flag,
-	"no-sign-request": flag, "abort-on-signal": flag,
-	"uid": uintValue, "gid": uintValue, "dir-mode": octalMode, "file-mode": octalMode,
-	"prefix": prefixValue, "region": word, "metadata-ttl": ttlValue, "negative-metadata-ttl": ttlValue,
-	"max-threads": uintValue, "part-size": uintValue, "read-part-size": uintValue,
-	"write-part-size": uintValue, "max-cache-size": uintValue, "max-memory-target": uintValue, "memory-target": uintValue,
-	"sse": word, "sse-kms-key-id": word, "upload-checksums": word, "expected-bucket-owner": word,
-	"cache": relativeName,
-}
-
-// forbidden explains why a known option is refused.
-var forbidden = map[string]string{
-	"endpoint-url":       "the endpoint is set by the driver's configuration",
-	"profile":            "credentials are provided by the driver",
-	"o":                  "raw FUSE options are set by the driver",
-	"cache-xz":           "express one-zone caches are not supported",
-	"incremental-upload": "incremental upload is not supported",
-	"storage-class":      "the storage class is set by the driver's configuration",
-	"log-directory":      "logs go to the Mountpoint Pod's output",
-	"user-agent-prefix":  "the user agent is set by the driver",
-	"foreground":         "the mounter always runs in the foreground",
-	"auto-unmount":       "the node-agent unmounts",
-	"ca-bundle":          "TLS trust is set by the driver's configuration",
-}
-
 var (
 	wordRE   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:/+@-]{0,255}$`)
-	prefixRE = regexp.MustCompile(`^[A-Za-z0-9!_.*'()/-]+$`)
+	prefixRE = regexp.MustCompile(`^[A-Za-z0-9!_.*'()/=-]+$`)
 	nameRE   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+	pathRE   = regexp.MustCompile(`^[A-Za-z0-9._/+@:~-]{1,1000}$`)
 	ttlRE    = regexp.MustCompile(`^([0-9]{1,9}|indefinite|minimal)$`)
 )
+
+// defaultCacheName names the cache of a volume whose cache path ends in no valid name ("/").
+const defaultCacheName = "cache"
 
 // Options is a checked set of mount options in canonical form ("--name" or "--name=value").
 type Options struct {
 	values map[string]string
 	flags  map[string]bool
+	// warnings say which entries were dropped or changed, and why.
+	warnings []string
 }
 
-// Parse checks every entry of a volume's mount options and returns them, or an error naming
-// every refused entry. An entry is "name", "--name", "name=value" or "name value".
+// Parse checks every entry of a volume's mount options and returns those that work, or an
+// error naming every refused entry. An entry is "name", "--name", "name=value" or "name value";
+// a short alias may be written "-d" or "d". Entries the policy ignores are dropped, and each
+// dropped or changed entry adds a warning (Warnings).
 func Parse(entries []string) (*Options, error) {
 	o := &Options{values: map[string]string{}, flags: map[string]bool{}}
 	var errs []error
@@ -88,11 +62,34 @@ func Parse(entries []string) (*Options, error) {
 			errs = append(errs, err)
 		}
 	}
+	if len(errs) == 0 {
+		errs = o.checkTogether()
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
 	return o, nil
 }
+
+// checkTogether applies the rules between options that mount-s3 enforces, so that a volume
+// breaking one fails its publish with the reason rather than its mount in the Mountpoint Pod.
+func (o *Options) checkTogether() []error {
+	var errs []error
+	if o.flags["allow-other"] && o.flags["allow-root"] {
+		errs = append(errs, errors.New("mount options allow-other and allow-root exclude each other: keep allow-other, which lets root in too"))
+	}
+	if _, ok := o.values["sse-kms-key-id"]; ok && !strings.HasPrefix(o.values["sse"], "aws:kms") {
+		errs = append(errs, errors.New("mount option sse-kms-key-id needs sse aws:kms or aws:kms:dsse"))
+	}
+	if _, ok := o.values["max-cache-size"]; ok && o.values["cache"] == "" {
+		errs = append(errs, errors.New("mount option max-cache-size needs cache"))
+	}
+	return errs
+}
+
+// Warnings returns, in the order of the entries, what Parse dropped or changed and why, e.g.
+// `mount option "debug-crt" is ignored: s3csi-mounter has no AWS Common Runtime ...`.
+func (o *Options) Warnings() []string { return slices.Clone(o.warnings) }
 
 func (o *Options) add(raw string) error {
 	entry := strings.TrimSpace(raw)
@@ -102,48 +99,82 @@ func (o *Options) add(raw string) error {
 	name := strings.TrimPrefix(strings.TrimPrefix(entry, "-"), "-")
 	value, hasValue := "", false
 	if i := strings.IndexAny(name, "= "); i >= 0 {
-		name, value, hasValue = name[:i], name[i+1:], true
+		name, value, hasValue = name[:i], strings.TrimSpace(name[i+1:]), true
 	}
-	k, err := check(raw, name, value, hasValue)
+	s, err := check(raw, name, value, hasValue)
 	if err != nil {
 		return err
 	}
-	if k == flag {
-		o.flags[name] = true
+	if s.verdict == Ignored {
+		o.warnings = append(o.warnings, fmt.Sprintf("mount option %q is ignored: %s", entry, s.note))
 		return nil
 	}
-	o.values[name] = value
+	if s.kind == noValue {
+		o.flags[s.name] = true
+		return nil
+	}
+	value, warning := adjust(s.kind, value)
+	if warning != "" {
+		o.warnings = append(o.warnings, fmt.Sprintf("mount option %q %s", entry, warning))
+	}
+	if value == "" {
+		delete(o.values, s.name) // the last entry counts: the default, not an earlier value
+		return nil
+	}
+	o.values[s.name] = value
 	return nil
 }
 
-// check applies the allow-list to option name, written raw, and its value; it returns the
-// option's kind.
-func check(raw, name, value string, hasValue bool) (kind, error) {
-	if why, ok := forbidden[name]; ok {
-		return 0, fmt.Errorf("mount option %q is not allowed: %s", raw, why)
-	}
-	k, ok := allowed[name]
+// check applies the policy to option name (or an alias), written raw, and its value; it returns
+// the option's spec.
+func check(raw, name, value string, hasValue bool) (*spec, error) {
+	s, ok := byName[name]
 	if !ok {
-		return 0, fmt.Errorf("mount option %q is unknown or not allowed", raw)
+		return nil, fmt.Errorf("mount option %q is unknown or not allowed: docs/mount-options.md lists the options s3csi accepts", raw)
 	}
-	if k == flag {
+	if s.verdict == Refused {
+		return nil, fmt.Errorf("mount option %q is not allowed: %s", raw, s.note)
+	}
+	if s.verdict == Ignored && (s.kind == noValue || !hasValue) {
+		// Dropped whatever it holds; the Scality v2 driver's own tests write "--cache-xz" bare.
+		return s, nil
+	}
+	if s.kind == noValue {
 		if hasValue {
-			return 0, fmt.Errorf("mount option %q takes no value", raw)
+			return nil, fmt.Errorf("mount option %q takes no value", raw)
 		}
-		return k, nil
+		return s, nil
 	}
 	if !hasValue || value == "" {
-		return 0, fmt.Errorf("mount option %q needs a value", raw)
+		return nil, fmt.Errorf("mount option %q needs a value", raw)
 	}
-	if err := checkValue(k, value); err != nil {
-		return 0, fmt.Errorf("mount option %q: %w", raw, err)
+	if err := s.checkValue(value); err != nil {
+		return nil, fmt.Errorf("mount option %q: %w", raw, err)
 	}
-	return k, nil
+	return s, nil
+}
+
+// adjust returns the value of a checked option as the mounter gets it ("" to drop the option)
+// and, when that differs from value, a warning saying what changed.
+func adjust(k kind, value string) (string, string) {
+	switch {
+	case k == cacheValue && strings.Contains(value, "/"):
+		name := path.Base(value)
+		if !nameRE.MatchString(name) {
+			name = defaultCacheName
+		}
+		return name, fmt.Sprintf("names the cache %q: the Mountpoint Pod caches in a directory of its own, "+
+			"never in %s on the node (the Scality and AWS drivers did not use the path either)", name, value)
+	case k == checksumValue && value == "crc64nvme":
+		return "", "is changed to the default, crc32c: s3csi-mounter does not compute CRC64NVME checksums"
+	}
+	return value, ""
 }
 
 // CheckArgs checks mount-s3 arguments as the node-agent renders them (Args): each one
-// "--name" or "--name=value", allowed, with a value of the allowed shape, and no option twice.
-// It returns an error naming every refused argument. The mounter applies it to a mount request.
+// "--name" or "--name=value", an option that works, with a value the node-agent sends
+// unchanged, and no option twice. It returns an error naming every refused argument. The
+// mounter applies it to a mount request.
 func CheckArgs(args []string) error {
 	var errs []error
 	seen := map[string]bool{}
@@ -154,8 +185,20 @@ func CheckArgs(args []string) error {
 			continue
 		}
 		name, value, hasValue := strings.Cut(rest, "=")
-		if _, err := check(a, name, value, hasValue); err != nil {
+		s, err := check(a, name, value, hasValue)
+		switch {
+		case err != nil:
 			errs = append(errs, err)
+			continue
+		case s.name != name:
+			errs = append(errs, fmt.Errorf("mount option %q is not in canonical form: want --%s", a, s.name))
+			continue
+		case s.verdict != Works:
+			errs = append(errs, fmt.Errorf("mount option %q is not allowed: the node-agent drops it: %s", a, s.note))
+			continue
+		}
+		if v, warning := adjust(s.kind, value); s.kind != noValue && (warning != "" || v != value) {
+			errs = append(errs, fmt.Errorf("mount option %q is not allowed: the node-agent never sends this value (%s)", a, refusedValue(s.kind)))
 			continue
 		}
 		if seen[name] {
@@ -164,6 +207,14 @@ func CheckArgs(args []string) error {
 		seen[name] = true
 	}
 	return errors.Join(errs...)
+}
+
+// refusedValue says why CheckArgs refuses a value that Parse would have changed.
+func refusedValue(k kind) string {
+	if k == cacheValue {
+		return "a mount request names a cache, not a path"
+	}
+	return "it sends the default instead"
 }
 
 // allowedEnv lists, sorted, the environment variables a mount request may set for the
@@ -192,11 +243,20 @@ func CheckEnv(env []string) error {
 	return errors.Join(errs...)
 }
 
-func checkValue(k kind, v string) error {
-	switch k {
+func (s *spec) checkValue(v string) error {
+	switch s.kind {
+	case noValue, anyValue:
 	case uintValue:
-		if _, err := strconv.ParseUint(v, 10, 64); err != nil {
+		n, err := strconv.ParseUint(v, 10, 64)
+		switch {
+		case err != nil:
 			return errors.New("want a non-negative integer")
+		case n < s.min || (s.max != 0 && n > s.max):
+			return fmt.Errorf("want an integer from %d to %d", s.min, cmp.Or(s.max, math.MaxUint64))
+		}
+	case enumValue:
+		if !slices.Contains(s.values, v) {
+			return fmt.Errorf("want one of %s", strings.Join(s.values, ", "))
 		}
 	case octalMode:
 		if n, err := strconv.ParseUint(v, 8, 32); err != nil || n > 0o777 {
@@ -207,16 +267,20 @@ func checkValue(k kind, v string) error {
 			return errors.New("value has characters that are not allowed")
 		}
 	case prefixValue:
-		if len(v) > 1024 || !prefixRE.MatchString(v) || strings.HasPrefix(v, "-") || !strings.HasSuffix(v, "/") {
-			return errors.New("want a key prefix ending in '/' without spaces or leading '-'")
+		if len(v) > 1024 || !prefixRE.MatchString(v) || strings.HasPrefix(v, "-") || strings.HasPrefix(v, "/") || !strings.HasSuffix(v, "/") {
+			return errors.New("want a key prefix ending in '/' without spaces or a leading '-' or '/'")
 		}
 	case ttlValue:
 		if !ttlRE.MatchString(v) {
 			return errors.New("want seconds, \"indefinite\" or \"minimal\"")
 		}
-	case relativeName:
-		if !nameRE.MatchString(v) || v == ".." {
-			return errors.New("want a directory name inside the Mountpoint Pod's cache volume, not a path")
+	case cacheValue:
+		if !nameRE.MatchString(v) && (!strings.Contains(v, "/") || !pathRE.MatchString(v)) {
+			return errors.New("want a cache name, or a path without spaces whose last element names it")
+		}
+	case checksumValue:
+		if v != "crc32c" && v != "off" && v != "crc64nvme" {
+			return errors.New("want crc32c, off or crc64nvme")
 		}
 	}
 	return nil

@@ -3,6 +3,7 @@ package mppod_test
 import (
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -155,5 +156,19 @@ func TestSourceNames(t *testing.T) {
 	slices.Sort(want)
 	if err != nil || !slices.Equal(names, want) {
 		t.Fatalf("SourceNames = %v, %v; want the two source dirs only", names, err)
+	}
+}
+
+// The mounter links this package: what it imports ends up in every Mountpoint Pod. The pod
+// check, which needs k8s.io/api (3 MB more mounter binary), lives in mppodcheck.
+func TestMppodImportsNoKubernetesPackage(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	for _, dep := range strings.Fields(string(out)) {
+		if strings.HasPrefix(dep, "k8s.io/") || strings.HasPrefix(dep, "sigs.k8s.io/") {
+			t.Errorf("mppod imports %s; keep Kubernetes types in mppodcheck", dep)
+		}
 	}
 }

@@ -46,13 +46,15 @@ func TestCommDirModeRunsMountS3OnThePassedDescriptor(t *testing.T) {
 	record := filepath.Join(dir, "mount-s3.args")
 	script := filepath.Join(dir, "mount-s3")
 	// The stand-in must not follow the engine switch itself, or it would start itself forever.
-	scriptText := fmt.Sprintf("#!/bin/sh\nunset %s\necho \"$@\" > %s\nexec %s \"$@\"\n", app.EngineEnv, record, bin)
+	attempts := filepath.Join(dir, "mount-s3.attempts")
+	scriptText := fmt.Sprintf("#!/bin/sh\nunset %s\necho \"$@\" > %s\necho \"$AWS_MAX_ATTEMPTS\" > %s\nexec %s \"$@\"\n",
+		app.EngineEnv, record, attempts, bin)
 	if err := os.WriteFile(script, []byte(scriptText), 0o755); err != nil { //nolint:gosec // a test script
 		t.Fatal(err)
 	}
 	pod := startPodMounter(t, bin, script)
 	source := filepath.Join(dir, "source")
-	err := pod.mount(ctx, t, source, pod.bucketRequest(t, s, "--force-path-style", "--allow-root", "--read-only"))
+	err := pod.mount(ctx, t, source, pod.bucketRequest(t, s, "--force-path-style", "--allow-root", "--read-only", "--aws-max-attempts=5"))
 	if err != nil {
 		t.Fatalf("mount request: %v; mounter output:\n%s", err, pod.output.String())
 	}
@@ -69,6 +71,13 @@ func TestCommDirModeRunsMountS3OnThePassedDescriptor(t *testing.T) {
 		if !strings.Contains(string(args), want) {
 			t.Errorf("mount-s3 command line %q lacks %q", args, want)
 		}
+	}
+	// mount-s3 has no --aws-max-attempts: the engine hands it over as the SDK's variable.
+	if strings.Contains(string(args), "aws-max-attempts") {
+		t.Errorf("mount-s3 command line %q holds --aws-max-attempts", args)
+	}
+	if got, err := os.ReadFile(attempts); err != nil || strings.TrimSpace(string(got)) != "5" {
+		t.Errorf("mount-s3 ran with AWS_MAX_ATTEMPTS=%q, %v; want 5", got, err)
 	}
 
 	if err := os.WriteFile(filepath.Join(pod.commDir, mppod.MountExitName), nil, 0o600); err != nil {

@@ -96,15 +96,81 @@ type Options struct {
 	SSE string
 	// SSEKMSKeyID is the KMS key for "aws:kms" encryption.
 	SSEKMSKeyID string
-	// UploadChecksums is "crc32c" (default) or "off".
+	// UploadChecksums is "crc32c" (default), "off" or "crc64nvme" (s3fs sends CRC32C for it).
 	UploadChecksums string
 	// UserAgentPrefix is prepended to the User-Agent of requests.
 	UserAgentPrefix string
 
 	// Foreground keeps the mounter in the foreground (always true for s3csi-mounter).
 	Foreground bool
-	// Debug enables debug logging.
+	// Debug enables debug logging: s3fs's S3 client logs each request it retries.
 	Debug bool
+
+	// MaxAttempts is the number of attempts of each S3 request, the first included: the Scality
+	// and AWS drivers' --aws-max-attempts, which they hand mount-s3 as AWS_MAX_ATTEMPTS.
+	MaxAttempts *int
+	// CABundle is a PEM file of the CAs trusted for the endpoint, instead of the system's.
+	CABundle string
+
+	// The options below are mount-s3's and parse, but s3fs has no use for them (Ignored).
+
+	// DebugCRT enables the AWS Common Runtime's debug logging.
+	DebugCRT bool
+	// NoLog disables logging.
+	NoLog bool
+	// LogDirectory is where mount-s3 writes its log files.
+	LogDirectory string
+	// LogMetrics logs a summary of performance metrics.
+	LogMetrics bool
+	// OTLPEndpoint receives metrics over OTLP; OTLPExportInterval is their period, in seconds.
+	OTLPEndpoint       string
+	OTLPExportInterval *uint64
+	// MaximumThroughputGbps is mount-s3's throughput target.
+	MaximumThroughputGbps *uint64
+	// DualStack and TransferAcceleration choose AWS endpoint variants.
+	DualStack, TransferAcceleration bool
+	// BucketType is "general-purpose" or "directory" (S3 Express One Zone).
+	BucketType string
+	// Bind names a network interface for S3 connections.
+	Bind string
+	// CacheBlockSize is the disk cache's block size, in KiB.
+	CacheBlockSize *uint64
+	// CacheXZ is an S3 Express One Zone bucket used as a shared cache.
+	CacheXZ string
+	// IncrementalUpload allows appending to existing objects.
+	IncrementalUpload bool
+	// InferContentType sets new objects' Content-Type from their file extension.
+	InferContentType bool
+}
+
+// IgnoredOption is an option that is set and that s3fs does not honor.
+type IgnoredOption struct {
+	// Name is the option, with "--"; Reason says why it has no effect.
+	Name, Reason string
+}
+
+// Ignored returns the options that are set and that s3fs does not honor, in Args order, so
+// that a mount can say so: mount-s3's command line parses, but does not do everything it would.
+func (o *Options) Ignored() []IgnoredOption {
+	var out []IgnoredOption
+	for i := range specs {
+		s := &specs[i]
+		if s.ignored == "" {
+			continue
+		}
+		if set := (s.flag && *s.boolField(o)) || (!s.flag && isSet(s, o)); set {
+			out = append(out, IgnoredOption{Name: "--" + s.name, Reason: s.ignored})
+		}
+	}
+	if o.UploadChecksums == "crc64nvme" {
+		out = append(out, IgnoredOption{Name: "--upload-checksums=crc64nvme", Reason: "uploads carry CRC32C checksums: s3fs does not compute CRC64NVME"})
+	}
+	return out
+}
+
+func isSet(s *optionSpec, o *Options) bool {
+	_, ok := s.render(o)
+	return ok
 }
 
 // EffectiveReadPartSize is ReadPartSize, else PartSize, else def.

@@ -20,10 +20,11 @@ func Parse(args []string) (Options, error) {
 		case arg == "--":
 			positional = append(positional, args[i+1:]...)
 			i = len(args)
-		case arg == "-f":
-			o.Foreground = true
-		case strings.HasPrefix(arg, "--"):
-			name, value, hasValue := strings.Cut(arg[2:], "=")
+		case strings.HasPrefix(arg, "--") || isShort(arg):
+			name, value, hasValue := strings.Cut(strings.TrimLeft(arg, "-"), "=")
+			if isShort(arg) {
+				name = shortNames[name]
+			}
 			spec, err := lookup(name)
 			if err != nil {
 				return Options{}, err
@@ -65,11 +66,10 @@ func ParseMountOptions(entries []string) (Options, error) {
 			continue
 		}
 		entry = strings.TrimPrefix(entry, "--")
-		if entry == "f" || entry == "-f" {
-			o.Foreground = true
-			continue
-		}
 		name, value, hasValue := cutNameValue(entry)
+		if long, ok := shortNames[strings.TrimPrefix(name, "-")]; ok {
+			name = long
+		}
 		spec, err := lookup(name)
 		if err != nil {
 			return Options{}, err
@@ -89,6 +89,12 @@ func ParseMountOptions(entries []string) (Options, error) {
 		return Options{}, err
 	}
 	return o, nil
+}
+
+// isShort reports whether arg is one of mount-s3's one-letter options: "-d", not "d" or "--d".
+func isShort(arg string) bool {
+	name, ok := strings.CutPrefix(arg, "-")
+	return ok && shortNames[name] != ""
 }
 
 // cutNameValue splits "name=value" or "name value" at the first separator.

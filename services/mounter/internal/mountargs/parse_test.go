@@ -2,7 +2,9 @@ package mountargs
 
 import (
 	"errors"
+	"maps"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -164,4 +166,67 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+// mountS3Options are the options of mount-s3 1.18 (which the Scality 2.2 driver runs) and of
+// later releases (which the AWS v2 driver runs), from their --help, each with a valid value.
+var mountS3Options = [][]string{
+	{"--prefix", "p/"}, {"--region", "eu-west-1"}, {"--endpoint-url", "http://127.0.0.1:9000"}, {"--force-path-style"},
+	{"--transfer-acceleration"}, {"--dual-stack"}, {"--requester-pays"}, {"--bucket-type", "general-purpose"},
+	{"--no-sign-request"}, {"--profile", "p"}, {"--read-only"}, {"--storage-class", "STANDARD"}, {"--allow-delete"},
+	{"--allow-overwrite"}, {"--incremental-upload"}, {"--auto-unmount"}, {"--allow-root"}, {"--allow-other"},
+	{"--maximum-throughput-gbps", "10"}, {"--max-threads", "16"}, {"--max-memory-target", "512"},
+	{"--memory-target", "1024"}, {"--part-size", "8388608"}, {"--read-part-size", "8388608"},
+	{"--write-part-size", "8388608"}, {"--ca-bundle", "/etc/ssl/ca.pem"}, {"--uid", "1000"}, {"--gid", "1000"},
+	{"--dir-mode", "0755"}, {"--file-mode", "0644"}, {"--foreground"}, {"-f"}, {"--expected-bucket-owner", "123456789012"},
+	{"--log-directory", "/var/log/mp"}, {"-l", "/var/log/mp"}, {"--log-metrics"}, {"--otlp-endpoint", "http://collector:4318"},
+	{"--otlp-export-interval", "60"}, {"--debug"}, {"-d"}, {"--debug-crt"}, {"--no-log"}, {"--cache", "/tmp/c"},
+	{"--metadata-ttl", "60"}, {"--negative-metadata-ttl", "minimal"}, {"--max-cache-size", "1024", "--cache", "/tmp/c"},
+	{"--cache-block-size", "1024"}, {"--cache-xz", "cache--usw2-az1--x-s3"}, {"--user-agent-prefix", "x"},
+	{"--sse", "aws:kms"}, {"--sse-kms-key-id", "arn:aws:kms:us-west-2:0:key/k", "--sse", "aws:kms"},
+	{"--upload-checksums", "crc64nvme"}, {"--infer-content-type"}, {"--bind", "eth0"},
+	// Not mount-s3's: the Scality and AWS drivers' option, which they turn into AWS_MAX_ATTEMPTS.
+	{"--aws-max-attempts", "5"},
+}
+
+// Every option of mount-s3 parses, so that s3csi-mounter never exits with its usage on a
+// command line mount-s3 takes; those s3fs has no use for are reported (Ignored).
+func TestEveryMountS3OptionParses(t *testing.T) {
+	ignored := map[string]bool{}
+	for _, args := range mountS3Options {
+		o, err := Parse(append(slices.Clone(args), "bucket-1", "/mnt"))
+		if err != nil {
+			t.Errorf("Parse(%q): %v", args, err)
+			continue
+		}
+		again, err := Parse(o.CommandLine())
+		if err != nil || !reflect.DeepEqual(o, again) {
+			t.Errorf("Parse(%q) does not round-trip: %+v, %v", args, again, err)
+		}
+		for _, i := range o.Ignored() {
+			ignored[i.Name] = true
+		}
+	}
+	want := []string{"--bind", "--bucket-type", "--cache-block-size", "--cache-xz", "--debug-crt", "--dual-stack",
+		"--incremental-upload", "--infer-content-type", "--log-directory", "--log-metrics", "--maximum-throughput-gbps",
+		"--no-log", "--otlp-endpoint", "--otlp-export-interval", "--transfer-acceleration", "--upload-checksums=crc64nvme"}
+	if got := slices.Sorted(maps.Keys(ignored)); !slices.Equal(got, want) {
+		t.Fatalf("ignored options = %q, want %q", got, want)
+	}
+}
+
+func TestShortOptions(t *testing.T) {
+	o, err := Parse([]string{"-d", "-l", "/var/log", "-f", "bucket-1", "/mnt"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !o.Debug || o.LogDirectory != "/var/log" || !o.Foreground {
+		t.Fatalf("Parse(-d -l /var/log -f) = %+v", o)
+	}
+	if _, err := Parse([]string{"-x", "bucket-1", "/mnt"}); !errors.Is(err, ErrUnknownOption) {
+		t.Fatalf("Parse(-x) = %v, want an unknown option", err)
+	}
+	if _, err := ParseMountOptions([]string{"-d", "aws-max-attempts 5"}); err != nil {
+		t.Fatalf("ParseMountOptions(-d, aws-max-attempts 5) = %v", err)
+	}
 }

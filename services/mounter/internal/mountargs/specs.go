@@ -15,7 +15,9 @@ const maxPartSize = 5 << 30
 
 // optionSpec describes one option: a flag (no value) or a value with a setter and a renderer.
 type optionSpec struct {
-	name      string
+	name string
+	// ignored, when set, says why s3fs does not honor the option (Options.Ignored).
+	ignored   string
 	flag      bool
 	boolField func(*Options) *bool
 	set       func(*Options, string) error
@@ -197,30 +199,73 @@ var specs = []optionSpec{
 	uint64Spec("part-size", func(o *Options) **uint64 { return &o.PartSize }, 5<<20, maxPartSize),
 	uint64Spec("read-part-size", func(o *Options) **uint64 { return &o.ReadPartSize }, 64<<10, maxPartSize),
 	uint64Spec("write-part-size", func(o *Options) **uint64 { return &o.WritePartSize }, 5<<20, maxPartSize),
-	{
-		name: "max-threads",
-		set: func(o *Options, v string) error {
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 1 || n > 1024 {
-				return fmt.Errorf("invalid value %q: want 1 to 1024", v)
-			}
-			o.MaxThreads = &n
-			return nil
-		},
-		render: func(o *Options) (string, bool) {
-			if o.MaxThreads == nil {
-				return "", false
-			}
-			return strconv.Itoa(*o.MaxThreads), true
-		},
-	},
+	intSpec("max-threads", func(o *Options) **int { return &o.MaxThreads }, 1, 1024),
 	stringSpec("storage-class", func(o *Options) *string { return &o.StorageClass }, checkNoSpace),
 	stringSpec("sse", func(o *Options) *string { return &o.SSE }, oneOf("AES256", "aws:kms", "aws:kms:dsse")),
 	stringSpec("sse-kms-key-id", func(o *Options) *string { return &o.SSEKMSKeyID }, checkNoSpace),
-	stringSpec("upload-checksums", func(o *Options) *string { return &o.UploadChecksums }, oneOf("crc32c", "off")),
+	stringSpec("upload-checksums", func(o *Options) *string { return &o.UploadChecksums }, oneOf("crc32c", "off", "crc64nvme")),
 	stringSpec("user-agent-prefix", func(o *Options) *string { return &o.UserAgentPrefix }, nil),
 	flagSpec("foreground", func(o *Options) *bool { return &o.Foreground }),
 	flagSpec("debug", func(o *Options) *bool { return &o.Debug }),
+	intSpec("aws-max-attempts", func(o *Options) **int { return &o.MaxAttempts }, 1, maxAttempts),
+	stringSpec("ca-bundle", func(o *Options) *string { return &o.CABundle }, nil),
+
+	ignore(flagSpec("debug-crt", func(o *Options) *bool { return &o.DebugCRT }),
+		"s3fs has no AWS Common Runtime; --debug makes its S3 client log each retried request"),
+	ignore(flagSpec("no-log", func(o *Options) *bool { return &o.NoLog }), "s3csi-mounter always logs to its standard error"),
+	ignore(stringSpec("log-directory", func(o *Options) *string { return &o.LogDirectory }, nil), "s3csi-mounter always logs to its standard error"),
+	ignore(flagSpec("log-metrics", func(o *Options) *bool { return &o.LogMetrics }), "s3csi-mounter logs no metrics summary"),
+	ignore(stringSpec("otlp-endpoint", func(o *Options) *string { return &o.OTLPEndpoint }, checkNoSpace), "s3csi-mounter exports no OTLP metrics"),
+	ignore(uint64Spec("otlp-export-interval", func(o *Options) **uint64 { return &o.OTLPExportInterval }, 1, math.MaxUint32),
+		"s3csi-mounter exports no OTLP metrics"),
+	ignore(uint64Spec("maximum-throughput-gbps", func(o *Options) **uint64 { return &o.MaximumThroughputGbps }, 1, math.MaxUint32),
+		"s3fs has no throughput target: --max-threads bounds its concurrent requests, --memory-target its buffers"),
+	ignore(flagSpec("dual-stack", func(o *Options) *bool { return &o.DualStack }), "s3fs uses the endpoint it is given (--endpoint-url or AWS_ENDPOINT_URL)"),
+	ignore(flagSpec("transfer-acceleration", func(o *Options) *bool { return &o.TransferAcceleration }),
+		"s3fs uses the endpoint it is given (--endpoint-url or AWS_ENDPOINT_URL)"),
+	ignore(stringSpec("bucket-type", func(o *Options) *string { return &o.BucketType }, oneOf("general-purpose", "directory")),
+		"s3fs serves every bucket as a general purpose bucket"),
+	ignore(stringSpec("bind", func(o *Options) *string { return &o.Bind }, checkNoSpace), "s3fs connects through the system's routes"),
+	ignore(uint64Spec("cache-block-size", func(o *Options) **uint64 { return &o.CacheBlockSize }, 1, math.MaxUint32),
+		"the cache keeps blocks of 1 MiB, mount-s3's default"),
+	ignore(stringSpec("cache-xz", func(o *Options) *string { return &o.CacheXZ }, checkNoSpace), "S3 Express One Zone shared caches are not supported"),
+	ignore(flagSpec("incremental-upload", func(o *Options) *bool { return &o.IncrementalUpload }),
+		"appending to existing objects is not supported: opening a file for appending fails with EPERM"),
+	ignore(flagSpec("infer-content-type", func(o *Options) *bool { return &o.InferContentType }),
+		"new objects get the endpoint's default Content-Type"),
+}
+
+// maxAttempts bounds --aws-max-attempts as the driver's mount-option policy does
+// (shared/mountopts.MaxAttempts).
+const maxAttempts = 100
+
+// shortNames are mount-s3's one-letter options.
+var shortNames = map[string]string{"f": "foreground", "d": "debug", "l": "log-directory"}
+
+// ignore marks s as an option s3fs parses but does not honor, for reason.
+func ignore(s optionSpec, reason string) optionSpec {
+	s.ignored = reason
+	return s
+}
+
+func intSpec(name string, field func(*Options) **int, lo, hi int) optionSpec {
+	return optionSpec{
+		name: name,
+		set: func(o *Options, v string) error {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < lo || n > hi {
+				return fmt.Errorf("invalid value %q: want %d to %d", v, lo, hi)
+			}
+			*field(o) = &n
+			return nil
+		},
+		render: func(o *Options) (string, bool) {
+			if p := *field(o); p != nil {
+				return strconv.Itoa(*p), true
+			}
+			return "", false
+		},
+	}
 }
 
 // Names returns every option name mount-s3 accepts (without "--"), for allow-list policies.

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -58,6 +59,11 @@ func (e *MountS3Engine) Mount(ctx context.Context, fd int, state *os.File, req *
 		return nil, err
 	}
 	opts.Foreground = true
+	if opts.MaxAttempts != nil {
+		// Not a mount-s3 option: the Scality and AWS drivers hand it over as the SDK's variable.
+		env["AWS_MAX_ATTEMPTS"] = strconv.Itoa(*opts.MaxAttempts)
+		opts.MaxAttempts = nil
+	}
 	cmd := exec.Command(e.Path, opts.CommandLine()...) //nolint:gosec // the operator chose the binary
 	cmd.Env = mergeEnv(os.Environ(), env)
 	cmd.ExtraFiles = []*os.File{dev}

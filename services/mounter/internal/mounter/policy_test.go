@@ -1,6 +1,7 @@
 package mounter
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -15,13 +16,26 @@ import (
 // Server.env).
 var nodeAgentEnv = []string{"AWS_PROFILE=s3csi", "AWS_REGION=us-east-1", "AWS_ENDPOINT_URL=https://ring.example"}
 
-// everyOption sets every option the node-agent's policy lets a volume set.
-var everyOption = []string{
-	"allow-delete", "allow-overwrite", "allow-other", "requester-pays", "debug", "abort-on-signal", "no-sign-request",
-	"uid=1000", "gid=2000", "dir-mode=750", "file-mode=640", "prefix=data/", "region=eu-west-1",
-	"metadata-ttl=indefinite", "negative-metadata-ttl=60", "max-threads=16", "part-size=8388608",
-	"read-part-size=8388608", "write-part-size=8388608", "max-cache-size=1024", "max-memory-target=512", "memory-target=256",
-	"sse=aws:kms", "sse-kms-key-id=key-1", "upload-checksums=off", "expected-bucket-owner=123456789012", "cache=data",
+// everyOption sets every option that works under the node-agent's policy (its table,
+// mountopts.Known), each with the table's example, and every option it ignores; without
+// allow-root, which excludes allow-other.
+func everyOption(t *testing.T) []string {
+	t.Helper()
+	var entries []string
+	for _, o := range mountopts.Known() {
+		if o.Verdict == mountopts.Refused || o.Name == "allow-root" {
+			continue
+		}
+		entry := o.Name
+		if o.Example != "" {
+			entry += "=" + o.Example
+		}
+		entries = append(entries, entry)
+	}
+	if len(entries) < 50 {
+		t.Fatalf("the policy knows %d options that work or are ignored, want every one", len(entries))
+	}
+	return entries
 }
 
 // nodeAgentArgs renders a volume's mount options as the node-agent does: the policy, the
@@ -51,7 +65,7 @@ func TestCheckPolicy(t *testing.T) {
 		{name: "what the node-agent sends for a volume without options passes",
 			req: request(nodeAgentArgs(t, nil, "", false), nodeAgentEnv)},
 		{name: "what the node-agent sends for a volume with every allowed option passes",
-			req: request(nodeAgentArgs(t, everyOption, "", false), nodeAgentEnv)},
+			req: request(nodeAgentArgs(t, everyOption(t), "", false), nodeAgentEnv)},
 		{name: "what the node-agent sends for a read-only volume of a pod with an fsGroup passes",
 			req: request(nodeAgentArgs(t, []string{"uid=1000"}, "3000", true), nodeAgentEnv)},
 		{name: "a request without arguments or environment passes", req: request(nil, nil)},
@@ -66,7 +80,7 @@ func TestCheckPolicy(t *testing.T) {
 		{name: "an unknown environment variable is refused", req: request(nil, []string{"AWS_PROFILE=s3csi", "AWS_CA_BUNDLE=/evil.pem"}),
 			wantErr: `environment variable "AWS_CA_BUNDLE" is not allowed: only AWS_ENDPOINT_URL, AWS_PROFILE, AWS_REGION are accepted`},
 		{name: "both refusals are named", req: request([]string{"--profile=x"}, []string{"AWS_ACCESS_KEY_ID=k"}),
-			wantErr: `credentials are provided by the driver` + "\n" + `environment variable "AWS_ACCESS_KEY_ID" is not allowed`},
+			wantErr: `remove the option` + "\n" + `environment variable "AWS_ACCESS_KEY_ID" is not allowed`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			err := checkPolicy(tt.req)
@@ -86,10 +100,64 @@ func TestCheckPolicy(t *testing.T) {
 // The policy is the node-agent's, the parser the mounter's: every option the one lets through,
 // the other must parse, or a mount the node-agent accepted fails in the Mountpoint Pod.
 func TestTheMounterParsesEveryOptionThePolicyLetsThrough(t *testing.T) {
-	for _, readOnly := range []bool{false, true} {
-		args := nodeAgentArgs(t, everyOption, "", readOnly)
-		if _, err := mountargs.ParseMountOptions(args); err != nil {
-			t.Fatalf("the mounter's parser refuses %q (read-only %t): %v", args, readOnly, err)
+	withRoot := slices.DeleteFunc(everyOption(t), func(e string) bool { return e == "allow-other" })
+	withRoot = append(withRoot, "allow-root")
+	for _, entries := range [][]string{everyOption(t), withRoot} {
+		for _, readOnly := range []bool{false, true} {
+			args := nodeAgentArgs(t, entries, "", readOnly)
+			if err := mountopts.CheckArgs(args); err != nil {
+				t.Fatalf("the mounter's policy check refuses %q (read-only %t): %v", args, readOnly, err)
+			}
+			o, err := mountargs.ParseMountOptions(args)
+			if err != nil {
+				t.Fatalf("the mounter's parser refuses %q (read-only %t): %v", args, readOnly, err)
+			}
+			if ignored := o.Ignored(); len(ignored) != 0 {
+				t.Fatalf("the node-agent sends %q, which the mounter ignores: %v", args, ignored)
+			}
+		}
+	}
+}
+
+// Each option's bounds are the parser's: a value the policy accepts parses, at either end.
+func TestThePolicyAcceptsOnlyValuesTheMounterParses(t *testing.T) {
+	for _, o := range mountopts.Known() {
+		if o.Verdict != mountopts.Works || o.Example == "" {
+			continue
+		}
+		for _, v := range []string{"0", "1", "15", "16", "65535", "65536", "5242879", "5242880", "4294967295",
+			"4294967296", "5368709120", "5368709121", "18446744073709551615", "a", "/a/", "a/", "7777", "0777", o.Example} {
+			entries := []string{o.Name + "=" + v}
+			if o.Name == "max-cache-size" {
+				entries = append(entries, "cache=data")
+			}
+			if o.Name == "sse-kms-key-id" {
+				entries = append(entries, "sse=aws:kms")
+			}
+			p, err := mountopts.Parse(entries)
+			if err != nil {
+				continue
+			}
+			if _, err := mountargs.ParseMountOptions(p.Args()); err != nil {
+				t.Errorf("the policy accepts %q, the mounter's parser refuses %q: %v", entries, p.Args(), err)
+			}
+		}
+	}
+}
+
+// The options the policy ignores are mount-s3's (all but help and version, which the Scality
+// driver dropped): the mounter's command line takes them too, and says they have no effect.
+func TestTheMounterParsesTheOptionsThePolicyIgnores(t *testing.T) {
+	for _, o := range mountopts.Known() {
+		if o.Verdict != mountopts.Ignored || o.Name == "help" || o.Name == "version" {
+			continue
+		}
+		arg := "--" + o.Name
+		if o.Example != "" {
+			arg += "=" + o.Example
+		}
+		if _, err := mountargs.Parse([]string{arg, "bucket-1", "/mnt"}); err != nil {
+			t.Errorf("s3csi-mounter %s: %v", arg, err)
 		}
 	}
 }

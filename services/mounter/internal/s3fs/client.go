@@ -1,11 +1,13 @@
 package s3fs
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"syscall"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/smithy-go/logging"
 	"github.com/aws/smithy-go/middleware"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 	"github.com/go-logr/logr"
@@ -24,6 +27,10 @@ import (
 
 	"github.com/s3csi/s3csi/services/mounter/internal/mountargs"
 )
+
+// DefaultMaxAttempts is the attempts of each S3 request, the first included, unless
+// --aws-max-attempts says otherwise.
+const DefaultMaxAttempts = 4
 
 // userAgentKey names the mounter in the User-Agent of its S3 requests, followed by its version.
 const userAgentKey = "s3csi-mounter"
@@ -40,6 +47,13 @@ func newClient(ctx context.Context, opts *mountargs.Options, creds aws.Credentia
 	var loadOpts []func(*config.LoadOptions) error
 	if opts.Profile != "" {
 		loadOpts = append(loadOpts, config.WithSharedConfigProfile(opts.Profile))
+	}
+	if opts.CABundle != "" {
+		pem, err := os.ReadFile(opts.CABundle)
+		if err != nil {
+			return nil, fmt.Errorf("read --ca-bundle: %w", err)
+		}
+		loadOpts = append(loadOpts, config.WithCustomCABundle(bytes.NewReader(pem)))
 	}
 	awsCfg, err := config.LoadDefaultConfig(ctx, loadOpts...)
 	if err != nil {
@@ -79,10 +93,17 @@ func newClient(ctx context.Context, opts *mountargs.Options, creds aws.Credentia
 			o.Credentials = aws.NewCredentialsCache(creds)
 		}
 		o.Retryer = retry.NewStandard(func(r *retry.StandardOptions) {
-			r.MaxAttempts = 4
+			r.MaxAttempts = DefaultMaxAttempts
+			if opts.MaxAttempts != nil {
+				r.MaxAttempts = *opts.MaxAttempts
+			}
 			r.MaxBackoff = 2 * time.Second
 			r.RateLimiter = ratelimit.None
 		})
+		if opts.Debug {
+			o.ClientLogMode = aws.LogRetries
+			o.Logger = sdkLogger{log: cfg.Log}
+		}
 		o.RequestChecksumCalculation = aws.RequestChecksumCalculationWhenRequired
 		o.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
 		if opts.RequesterPays {
@@ -98,6 +119,15 @@ func newClient(ctx context.Context, opts *mountargs.Options, creds aws.Credentia
 		o.APIOptions = append(o.APIOptions, awsmiddleware.AddUserAgentKeyValue(userAgentKey, version.Version),
 			func(st *middleware.Stack) error { return st.Initialize.Add(logFailures(cfg.Log), middleware.Before) })
 	}), nil
+}
+
+// sdkLogger hands the SDK's log lines (with --debug: each retried request, never a credential)
+// to the mount's log.
+type sdkLogger struct{ log logr.Logger }
+
+// Logf implements logging.Logger.
+func (l sdkLogger) Logf(_ logging.Classification, format string, v ...any) {
+	l.log.Info("S3 client", "message", fmt.Sprintf(format, v...))
 }
 
 // logFailures logs every S3 request that failed after the SDK's retries, except the "not found"

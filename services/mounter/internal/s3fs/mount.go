@@ -180,6 +180,9 @@ func prepareFS(ctx context.Context, cfg *Config) (*filesystem, fuse.RawFileSyste
 	if err != nil {
 		return nil, nil, err
 	}
+	for _, o := range cfg.Options.Ignored() {
+		cfg.Log.Info("Option has no effect in s3csi-mounter", "option", o.Name, "reason", o.Reason)
+	}
 	fsys := newFilesystem(client, cfg)
 	if err := fsys.checkAccess(ctx); err != nil {
 		fsys.stop()

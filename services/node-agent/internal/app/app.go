@@ -132,7 +132,7 @@ func newService(ctx context.Context, opts *options.Options, cfg *rest.Config) (*
 		MountpointNamespace: opts.MountpointNamespace, DriverCredentials: opts.DriverCredentials,
 		Region: opts.S3Region, EndpointURL: opts.S3EndpointURL, PathStyle: opts.S3PathStyle,
 		LegacyTokenFile: opts.LegacyTokenFile, Unbound: s.cleaner.Unbound,
-		DeadSource: s.health.Report, Replaced: s.health.Replaced,
+		DeadSource: s.health.Report, Replaced: s.health.Replaced, WarnWorkload: s.health.WarnWorkload,
 		ResumeWait: opts.ResumeWait, ReplayWait: opts.ReplayWait,
 	}, waiter, pods, locks, sink, m)
 	s.grpc = csi.NewGRPCServer(opts.CSIEndpoint, s.server, log.WithName("csi"), m)

@@ -185,6 +185,8 @@ type nodeOptions struct {
 	resumeWait time.Duration
 	// replaced is called when a mounter was replaced under its workloads.
 	replaced func(ctx context.Context, mountpointPod string, r handshake.Resumption)
+	// warnWorkload records a Warning Event on a workload pod.
+	warnWorkload func(ctx context.Context, pod types.NamespacedName, uid types.UID, reason, message string)
 }
 
 func startNode(t testing.TB, o nodeOptions) *node {
@@ -224,7 +226,7 @@ func startNode(t testing.TB, o nodeOptions) *node {
 		MountpointNamespace: mppod.DefaultNamespace, DriverCredentials: o.driverCreds, Region: "us-east-1",
 		EndpointURL: endpoint, PathStyle: true, LegacyTokenFile: o.legacyTokenFile,
 		Unbound: o.unbound, DeadSource: o.deadSource, ResumeWait: cmp.Or(o.resumeWait, 100*time.Millisecond),
-		Replaced: o.replaced,
+		Replaced: o.replaced, WarnWorkload: o.warnWorkload,
 	}, &countingWaiter{Waiter: n.waiter, finds: &n.finds}, pods, n.mpLocks, nil, nil)
 	n.server.SetReady(true)
 	g := csi.NewGRPCServer("unix://"+filepath.Join(t.TempDir(), "csi.sock"), n.server, log, nil)

@@ -94,6 +94,10 @@ type Config struct {
 	// Replaced, when set, is called when the mounter of a Mountpoint Pod ended and the next one
 	// took its mount over (health.Monitor.Replaced).
 	Replaced func(ctx context.Context, mountpointPod string, r handshake.Resumption)
+	// WarnWorkload, when set, records a Warning Event with reason and message on a workload pod
+	// (health.Monitor.WarnWorkload): after a workload's first publish, which of its volume's
+	// mount options the policy ignored or changed (warnOptions).
+	WarnWorkload func(ctx context.Context, pod types.NamespacedName, uid types.UID, reason, message string)
 }
 
 // Server implements csi.IdentityServer and csi.NodeServer.

@@ -128,6 +128,7 @@ func (s *Server) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	}
 	d := time.Since(start)
 	log.Info("Published volume", "target", p.Target, "sharedSource", shared, "duration", d.String())
+	s.warnOptions(ctx, p)
 	s.emit(&eventspb.VolumePublished{
 		Node: s.cfg.NodeName, VolumeId: p.VolumeID, PvName: p.PVName, WorkloadPodUid: p.PodUID,
 		MountpointPodName: mp, TargetPath: p.Target, ReadOnly: p.ReadOnly, SharedSource: shared,

@@ -78,7 +78,8 @@ func TestPublishRefusesForbiddenMountOptions(t *testing.T) {
 		{name: "an endpoint that would receive the driver's credentials", flags: []string{"--endpoint-url=http://evil.example"}},
 		{name: "a profile", flags: []string{"--profile=other"}},
 		{name: "raw FUSE options", flags: []string{"-o", "allow_other"}},
-		{name: "a cache on a host path", flags: []string{"--cache=/var/lib/kubelet"}},
+		{name: "a log directory on the node", flags: []string{"--log-directory=/var/lib/kubelet"}},
+		{name: "a CA bundle", flags: []string{"ca-bundle /etc/evil.pem"}},
 		{name: "an unknown flag", flags: []string{"--no-such-option"}},
 		{name: "a value smuggling a second option", flags: []string{"--region=us-east-1 --endpoint-url=http://evil"}},
 	}

@@ -31,6 +31,11 @@ type publishRequest struct {
 	// attachment's sharing key records joined by ",".
 	MountFlags []string
 	Secrets    map[string]string
+
+	// PodName and PodNamespace name the workload pod (kubelet's podInfoOnMount; "" without), on
+	// which warnOptions records what the policy dropped or changed of the mount options
+	// (Options.Warnings).
+	PodName, PodNamespace string
 	// deadTarget is set when the target held a dead mount of this workload's (its container
 	// holds that mount).
 	deadTarget bool
@@ -110,6 +115,7 @@ func parsePublish(kubeletDir string, req *csi.NodePublishVolumeRequest) (*publis
 	opts.ApplyDefaults(readOnly)
 	return &publishRequest{
 		VolumeID: req.GetVolumeId(), Target: req.GetTargetPath(), PodUID: podUID, PVName: pvName,
+		PodName: vc.PodName, PodNamespace: vc.PodNamespace,
 		Bucket: bucket, AuthSource: auth, ReadOnly: readOnly, Options: opts, MountFlags: mnt.GetMountFlags(),
 		Secrets: req.GetSecrets(),
 	}, nil

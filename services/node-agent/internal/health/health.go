@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	s3csiv2 "github.com/s3csi/s3csi/shared/api/v2"
@@ -329,6 +330,16 @@ func (m *Monitor) exitCause(ctx context.Context, mp string) string {
 		}
 	}
 	return ""
+}
+
+// WarnWorkload records a Warning Event with reason and msg on the workload pod named pod, of
+// UID uid (csi.Config.WarnWorkload: the mount options of its volume that s3csi ignores). A
+// failure is logged, not returned: a warning never fails the publish that gives it.
+func (m *Monitor) WarnWorkload(ctx context.Context, pod types.NamespacedName, uid types.UID, reason, msg string) {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: uid}}
+	if err := m.api.Create(ctx, event(p, m.node, corev1.EventTypeWarning, reason, msg)); err != nil {
+		logr.FromContextOrDiscard(ctx).Error(err, "Recording a Warning Event on the workload failed", "pod", pod.String(), "reason", reason)
+	}
 }
 
 func event(p *corev1.Pod, node, kind, reason, msg string) *corev1.Event {

@@ -15,21 +15,13 @@ import (
 )
 
 // Labels and annotations of Mountpoint Pods, besides s3csiv2.LabelDriverVersion and the labels
-// that make a pod one (mppod.LabelManagedBy, mppod.LabelComponent).
+// that make a pod a Mountpoint Pod (mppod.LabelManagedBy, mppod.LabelComponent).
 const (
-	LabelManagedBy      = mppod.LabelManagedBy
-	LabelComponent      = mppod.LabelComponent
-	ManagedByValue      = mppod.ManagedByValue
-	ComponentMountpoint = mppod.ComponentMountpoint
 	// LabelVolumeName and LabelVolumeID carry the PV name and volumeHandle when they are valid
 	// label values (at most 63 characters); the annotations of the same names always do.
 	LabelVolumeName = "s3.csi.scality.com/volume-name"
 	LabelVolumeID   = "s3.csi.scality.com/volume-id"
 )
-
-// mounterUID is the unprivileged user the mounter runs as (the FUSE device is opened and mounted
-// by the node-agent, so the mounter needs no privilege); the node-agent checks it.
-const mounterUID = mppod.MounterUID
 
 // buildMountpointPod returns the Mountpoint Pod name for the volume pv on node. The node-agent
 // hands a pod nothing unless mppodcheck.Verify accepts it: the fields it checks are built from
@@ -76,9 +68,9 @@ func buildMountpointPod(cfg Config, name, node string, pv *corev1.PersistentVolu
 			Tolerations:                   []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
 			SecurityContext: &corev1.PodSecurityContext{
 				RunAsNonRoot:   ptr.To(true),
-				RunAsUser:      ptr.To[int64](mounterUID),
-				RunAsGroup:     ptr.To[int64](mounterUID),
-				FSGroup:        ptr.To[int64](mounterUID),
+				RunAsUser:      ptr.To[int64](mppod.MounterUID),
+				RunAsGroup:     ptr.To[int64](mppod.MounterUID),
+				FSGroup:        ptr.To[int64](mppod.MounterUID),
 				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 			},
 			Containers: []corev1.Container{{
@@ -111,8 +103,8 @@ func buildMountpointPod(cfg Config, name, node string, pv *corev1.PersistentVolu
 func mountpointLabels(version, pvName, volumeID string) map[string]string {
 	labels := map[string]string{
 		s3csiv2.LabelDriverVersion: version,
-		LabelManagedBy:             ManagedByValue,
-		LabelComponent:             ComponentMountpoint,
+		mppod.LabelManagedBy:       mppod.ManagedByValue,
+		mppod.LabelComponent:       mppod.ComponentMountpoint,
 	}
 	if len(validation.IsValidLabelValue(pvName)) == 0 {
 		labels[LabelVolumeName] = pvName
@@ -184,8 +176,8 @@ func setQuantity(list *corev1.ResourceList, name corev1.ResourceName, q resource
 
 // isOurMountpointPod reports whether pod is a Mountpoint Pod this service manages.
 func isOurMountpointPod(pod *corev1.Pod, namespace string) bool {
-	return pod.Namespace == namespace && pod.Labels[LabelManagedBy] == ManagedByValue &&
-		pod.Labels[LabelComponent] == ComponentMountpoint
+	return pod.Namespace == namespace && pod.Labels[mppod.LabelManagedBy] == mppod.ManagedByValue &&
+		pod.Labels[mppod.LabelComponent] == mppod.ComponentMountpoint
 }
 
 // podEnded reports whether a pod has finished for good.
