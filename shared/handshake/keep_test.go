@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -184,18 +185,18 @@ func TestKeptHandsTheConnectionToTheNextMounter(t *testing.T) {
 func TestKeptFollowsAHandOverToTheMountpointPodThatReplacesTheFirst(t *testing.T) {
 	nextSock := filepath.Join(t.TempDir(), "mount.sock")
 	var oldSock string
-	asked := 0
+	var mu sync.Mutex
+	var asked []bool // handedOver of each call of Next
 	resumed := make(chan handshake.Resumption, 1)
 	_, sock, _, a := firstMounter(t, handshake.KeepOptions{
 		Next: func(_ context.Context, handedOver bool) (string, error) {
-			if !handedOver {
-				t.Error("Next was not told that the first mounter handed the mount over")
-			}
-			asked++
-			if asked == 1 {
+			mu.Lock()
+			defer mu.Unlock()
+			asked = append(asked, handedOver)
+			if len(asked) == 1 {
 				return oldSock, nil // the pod watch has not seen the old pod go yet
 			}
-			return nextSock, nil
+			return nextSock, nil // and again when the next mounter ends, as the test ends
 		},
 		Resumed: func(r handshake.Resumption) { resumed <- r },
 	})
@@ -224,8 +225,10 @@ func TestKeptFollowsAHandOverToTheMountpointPodThatReplacesTheFirst(t *testing.T
 	case <-time.After(5 * time.Second):
 		t.Fatal("Resumed was not called")
 	}
-	if asked != 2 {
-		t.Errorf("Next was asked %d times, want 2 (the old pod's socket, then the new pod's)", asked)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(asked) != 2 || !asked[0] || !asked[1] {
+		t.Errorf("Next was asked with handedOver %v, want [true true] (the old pod's socket, then the new pod's)", asked)
 	}
 }
 
