@@ -180,9 +180,10 @@ update: generate $(GOLANGCI_LINT) ## Run every generator and formatter, align an
 	@for m in $(MODULES); do (cd $$m && GOWORK=off $(GO) mod tidy && GOWORK=off $(GOLANGCI_LINT) fmt ./...); done
 
 .PHONY: generate
-generate: $(CONTROLLER_GEN) $(BUF) $(PROTOC_GEN_GO) ## Generate deepcopy, the CRD (charts/s3csi/crds), the event protos and the chart's NATS users.
+generate: $(CONTROLLER_GEN) $(BUF) $(PROTOC_GEN_GO) ## Generate deepcopy, the CRD (charts/s3csi/crds, embedded in shared/api/v2 for the janitor), the event protos and the chart's NATS users.
 	cd shared && $(CONTROLLER_GEN) object paths=./api/... \
 	  crd:crdVersions=v1 output:crd:artifacts:config=../charts/s3csi/crds
+	cp charts/s3csi/crds/s3.csi.scality.com_mountpoints3podattachments.yaml shared/api/v2/crd.yaml
 	cd proto && $(BUF) lint && $(BUF) generate
 	cd shared && $(GO_RELEASE) $(GO) test -count=1 -run '^TestTheChartAuthorizationIsGeneratedFromThePermissions$$' ./events -update
 

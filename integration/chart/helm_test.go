@@ -51,8 +51,14 @@ func chartDir(t *testing.T) string {
 // returns stdout, or an error carrying stderr.
 func helmTemplate(t *testing.T, args ...string) ([]byte, error) {
 	t.Helper()
+	return helmTemplateChart(t, chartDir(t), args...)
+}
+
+// helmTemplateChart is helmTemplate on the chart in dir (a copy of charts/s3csi).
+func helmTemplateChart(t *testing.T, dir string, args ...string) ([]byte, error) {
+	t.Helper()
 	base := []string{
-		"template", releaseName, chartDir(t), "--namespace", releaseNamespace,
+		"template", releaseName, dir, "--namespace", releaseNamespace,
 		"--kube-version", testenv.KubernetesVersion,
 	}
 	cmd := exec.CommandContext(t.Context(), helmPath(t), append(base, args...)...)

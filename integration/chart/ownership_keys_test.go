@@ -2,19 +2,16 @@ package chart
 
 import (
 	"encoding/base64"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/s3csi/s3csi/shared/mppod"
 	"github.com/s3csi/s3csi/shared/testenv"
 )
 
@@ -81,16 +78,7 @@ func assertReadsOwnershipKeys(t *testing.T, objs []*unstructured.Unstructured, s
 func TestOwnershipKeysSurviveUpgradeAndUninstall(t *testing.T) {
 	api := testenv.StartAPIServer(t)
 	kubeconfig := api.KubeconfigFile(t)
-	helm := func(args ...string) {
-		t.Helper()
-		base := []string{"--kubeconfig", kubeconfig, "--namespace", releaseNamespace}
-		cmd := exec.CommandContext(t.Context(), helmPath(t), append(args, base...)...)
-		home := t.TempDir()
-		cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+home, "HELM_CONFIG_HOME="+home, "HELM_DATA_HOME="+home)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-	}
+	helm := helmOn(t, kubeconfig)
 	secretData := func(name string) map[string][]byte {
 		t.Helper()
 		var s corev1.Secret
@@ -130,26 +118,9 @@ func TestOwnershipKeysSurviveUpgradeAndUninstall(t *testing.T) {
 
 	helm("uninstall", releaseName)
 	after := keys()
-	finishNamespaceDeletion(t, api, "mount-s3")
+	assertNamespaceKept(t.Context(), t, api, mppod.DefaultNamespace)
 	helm("install", releaseName, chartDir(t), "--values", values)
 	if got := keys(); string(got["key"]) != string(after["key"]) || string(got["previous-1"]) != string(first["key"]) {
 		t.Error("a reinstall replaced the keys that survived helm uninstall")
 	}
-}
-
-// finishNamespaceDeletion does what the namespace controller, absent from a bare API server,
-// does once a namespace is empty: it clears its finalizers, and waits until it is gone.
-func finishNamespaceDeletion(t *testing.T, api *testenv.APIServer, name string) {
-	t.Helper()
-	var ns corev1.Namespace
-	if err := api.Client.Get(t.Context(), client.ObjectKey{Name: name}, &ns); err != nil {
-		t.Fatal(err)
-	}
-	ns.Spec.Finalizers = nil
-	if err := api.Client.SubResource("finalize").Update(t.Context(), &ns); err != nil {
-		t.Fatalf("finalize namespace %s: %v", name, err)
-	}
-	testenv.Eventually(t, 10*time.Second, "namespace "+name+" to be gone", func() bool {
-		return apierrors.IsNotFound(api.Client.Get(t.Context(), client.ObjectKey{Name: name}, &ns))
-	})
 }

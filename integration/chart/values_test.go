@@ -26,7 +26,7 @@ func TestBadValuesAreRefused(t *testing.T) {
 		{"more stream replicas than the chart's NATS servers are refused", endpoint + "nats:\n  replicas: 1\n  streamReplicas: 3\n", []string{"nats.streamReplicas 3", "nats.replicas"}},
 		{"replicas given as text are refused", endpoint + "janitor:\n  replicas: two\n", []string{"/janitor/replicas"}},
 		{"an invalid pull policy is refused", endpoint + "image:\n  pullPolicy: Sometimes\n", []string{"/image/pullPolicy"}},
-		{"the Scality v2 single image.repository is refused", endpoint + "image:\n  repository: ghcr.io/scality/mountpoint-s3-csi-driver\n", []string{"/image", "repository"}},
+		{"the Scality v2 single image.repository is refused", endpoint + "image:\n  repository: ghcr.io/scality/mountpoint-s3-csi-driver\n", []string{"image.repository: s3csi runs seven images", "image.registry", "image.repositories"}},
 		{"a NATS URL without a scheme is refused", endpoint + "nats:\n  external:\n    url: nats.example.com:4222\n", []string{"/nats/external/url"}},
 		{"an external NATS with authentication but no Secret of passwords is refused naming nats.auth.existingSecret",
 			endpoint + "nats:\n  external:\n    url: nats://nats.example.com:4222\n", []string{"nats.auth.existingSecret"}},

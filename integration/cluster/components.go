@@ -122,11 +122,15 @@ func (c Config) startVersitygw() error {
 	if err := os.MkdirAll(c.s3IAMDir(), 0o700); err != nil {
 		return fmt.Errorf("create S3 IAM dir: %w", err)
 	}
+	if err := c.s3PKI(); err != nil {
+		return err
+	}
 	// The keys travel in the environment: the command line is logged, and shows in ps. The IAM
 	// store holds the users tests add (S3User); without its cache a deleted user's key is refused
 	// at once, as a revoked key is.
 	return c.start(daemon{name: "versitygw", path: gw, args: []string{
 		"--port", fmt.Sprintf("%s:%d", c.NodeIP(), c.S3Port), "--quiet",
+		"--cert", filepath.Join(c.pkiDir(), "s3.crt"), "--key", filepath.Join(c.pkiDir(), "s3.key"),
 		"--iam-dir", c.s3IAMDir(), "--iam-cache-disable", "posix", c.S3DataDir(),
 	}, env: []string{"AWS_CA_BUNDLE=", "ROOT_ACCESS_KEY_ID=" + c.S3AccessKey, "ROOT_SECRET_ACCESS_KEY=" + c.S3SecretKey}})
 }

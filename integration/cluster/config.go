@@ -42,7 +42,7 @@ type Config struct {
 	DNSAddr      netip.Addr
 	// APIServerPort and the etcd ports are fixed so a kubeconfig stays valid across restarts.
 	APIServerPort, EtcdClientPort, EtcdPeerPort int
-	// S3Port is where versitygw listens, on BridgeAddr.
+	// S3Port is where versitygw listens (HTTPS), on BridgeAddr.
 	S3Port int
 	// S3AccessKey and S3SecretKey are versitygw's root credentials (a test-only server).
 	S3AccessKey, S3SecretKey string
@@ -80,8 +80,13 @@ func (c Config) KubernetesServiceIP() netip.Addr { return c.ServiceRange.Addr().
 // Kubeconfig is the admin kubeconfig the host uses.
 func (c Config) Kubeconfig() string { return filepath.Join(c.StateDir, "admin.kubeconfig") }
 
-// S3Endpoint is versitygw's URL as pods and the host reach it.
-func (c Config) S3Endpoint() string { return fmt.Sprintf("http://%s:%d", c.NodeIP(), c.S3Port) }
+// S3Endpoint is versitygw's URL as pods and the host reach it. It serves HTTPS only, with a
+// certificate of a CA of its own (S3CAFile), as an on-premises endpoint behind a private CA.
+func (c Config) S3Endpoint() string { return fmt.Sprintf("https://%s:%d", c.NodeIP(), c.S3Port) }
+
+// S3CAFile is the PEM of the CA that signed versitygw's certificate: the chart gets it as
+// s3.caBundle, and host-side clients trust it.
+func (c Config) S3CAFile() string { return filepath.Join(c.pkiDir(), "s3-ca.crt") }
 
 // S3DataDir is versitygw's posix backend: a bucket is a directory, an object a file.
 func (c Config) S3DataDir() string { return filepath.Join(c.StateDir, "s3") }

@@ -3,8 +3,11 @@ package cluster
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -54,6 +57,8 @@ stringData: {access_key_id: %[3]q, secret_access_key: %[4]q}
 		"upgrade", "--install", ReleaseName, filepath.Join(c.RepoRoot, "charts", "s3csi"),
 		"--kubeconfig", c.Kubeconfig(), "--namespace", ReleaseNamespace,
 		"--set", "s3.endpointUrl=" + c.S3Endpoint(),
+		// The endpoint's private CA, as an operator gives it (a later --set-file replaces it).
+		"--set-file", "s3.caBundle=" + c.S3CAFile(),
 		"--set", "s3CredentialSecret.name=" + CredentialSecret,
 		// The single-node cluster has no storage provisioner: JetStream keeps its store in an
 		// emptyDir there.
@@ -112,14 +117,23 @@ func (c Config) restartOnNewImages(ctx context.Context, logf func(string, ...any
 	return nil
 }
 
-// S3Client is a client of the cluster's S3 server with its root credentials.
+// S3Client is a client of the cluster's S3 server with its root credentials, trusting its CA.
 func (c Config) S3Client() *s3.Client {
-	return s3.New(s3.Options{
+	o := s3.Options{
 		BaseEndpoint: aws.String(c.S3Endpoint()),
 		Region:       "us-east-1",
 		UsePathStyle: true,
 		Credentials:  credentials.NewStaticCredentialsProvider(c.S3AccessKey, c.S3SecretKey, ""),
-	})
+	}
+	if ca, err := os.ReadFile(c.S3CAFile()); err == nil {
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(ca)
+		o.HTTPClient = &http.Client{Transport: &http.Transport{
+			Proxy:           http.ProxyFromEnvironment,
+			TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
+		}}
+	}
+	return s3.New(o)
 }
 
 // MakeBucket creates a bucket on the cluster's S3 server unless it exists, and writes the object
@@ -156,7 +170,9 @@ func (c Config) DeleteS3User(ctx context.Context, accessKey string) error {
 // environment.
 func (c Config) s3Admin(ctx context.Context, args ...string) error {
 	cmd := exec.CommandContext(ctx, filepath.Join(c.RepoRoot, "bin", "versitygw"), append([]string{"admin", "--er", c.S3Endpoint()}, args...)...)
-	cmd.Env = append(os.Environ(), "ADMIN_ACCESS_KEY_ID="+c.S3AccessKey, "ADMIN_SECRET_ACCESS_KEY="+c.S3SecretKey)
+	cmd.Env = append(os.Environ(), "ADMIN_ACCESS_KEY_ID="+c.S3AccessKey, "ADMIN_SECRET_ACCESS_KEY="+c.S3SecretKey,
+		// The server's CA, for Go's TLS and for the AWS SDK, whichever the admin client uses.
+		"SSL_CERT_FILE="+c.S3CAFile(), "AWS_CA_BUNDLE="+c.S3CAFile())
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("versitygw admin %s: %w: %s", args[0], err, strings.TrimSpace(string(out)))

@@ -114,6 +114,55 @@ func (c Config) pki() error {
 	return os.WriteFile(filepath.Join(dir, "done"), nil, 0o600)
 }
 
+// s3PKI writes, once, the S3 server's own CA (s3-ca.crt, apart from the cluster's CA: it plays
+// an on-premises endpoint's private CA) and versitygw's serving certificate for the node's
+// address (s3.crt). A state dir made before the S3 server served HTTPS gets them at the next up.
+func (c Config) s3PKI() error {
+	dir := c.pkiDir()
+	if _, err := os.Stat(filepath.Join(dir, "s3.crt")); err == nil {
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create pki dir: %w", err)
+	}
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return fmt.Errorf("generate S3 CA key: %w", err)
+	}
+	caTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "s3csi-cluster-s3-ca"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().AddDate(10, 0, 0),
+		KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true, IsCA: true,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		return fmt.Errorf("create S3 CA certificate: %w", err)
+	}
+	ca, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		return fmt.Errorf("parse S3 CA certificate: %w", err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return fmt.Errorf("generate S3 key: %w", err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "s3csi-cluster-s3"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().AddDate(10, 0, 0),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.IP(c.NodeIP().AsSlice())},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		return fmt.Errorf("create S3 certificate: %w", err)
+	}
+	// The CA first: s3.crt is the marker that both exist.
+	if err := writeCert(dir, "s3-ca", caDER, caKey); err != nil {
+		return err
+	}
+	return writeCert(dir, "s3", der, key)
+}
+
 func writeCert(dir, name string, der []byte, key *ecdsa.PrivateKey) error {
 	if err := os.WriteFile(filepath.Join(dir, name+".crt"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
 		return fmt.Errorf("write %s certificate: %w", name, err)

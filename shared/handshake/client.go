@@ -103,7 +103,7 @@ func exchange(ctx context.Context, sockPath string, mounterUID int, files []*os.
 // for both failed large resumes that came late.
 // Solution: two budgets, the second starting when the request is sent.
 func exchangeWithin(ctx, base context.Context, answerWait time.Duration, sockPath string, mounterUID int, files []*os.File, req *Request) (*net.UnixConn, error) {
-	req.Version = Version
+	req.Version = RequestVersion(req)
 	frame, err := EncodeFrame(req)
 	if err != nil {
 		return nil, err

@@ -11,6 +11,8 @@ import (
 func FuzzReadRequest(f *testing.F) {
 	good, _ := EncodeFrame(&Request{Version: Version, Bucket: "b", MaxRead: 1 << 20, CredentialsFile: "credentials/x"})
 	f.Add(good)
+	withCA, _ := EncodeFrame(&Request{Version: VersionCABundle, Bucket: "b", MaxRead: 1 << 20, CaBundle: testCAPEM(f)})
+	f.Add(withCA)
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff})
 	f.Add([]byte{0, 0, 0, 2, 0x08, 0x01})
 	f.Fuzz(func(t *testing.T, frame []byte) {

@@ -7,8 +7,9 @@
 // connection open while it serves. The messages are defined in
 // proto/s3csi/mount/v1/handshake.proto; each frame is a 4-byte big-endian length and the
 // message's protobuf encoding, which carries a version, so either side can refuse what it does
-// not understand. Requests never carry secrets: credentials travel as AWS profile files in the
-// comm dir, named by paths relative to it.
+// not understand (Version, RequestVersion). Requests never carry secrets: credentials travel as
+// AWS profile files in the comm dir, named by paths relative to it; the CA bundle a request may
+// carry (the driver's s3.caBundle) is public.
 //
 // # The hand-over
 //
@@ -48,11 +49,39 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/s3csi/s3csi/shared/cabundle"
 	"github.com/s3csi/s3csi/shared/handshakepb"
 )
 
-// Version is the protocol version this package speaks.
-const Version = 1
+// Protocol versions. A request is sent with the lowest version that carries what it holds
+// (RequestVersion), so that a mounter built before a field existed refuses a request that needs
+// it instead of ignoring the field, while every other request still reaches it; a receiver
+// accepts every version from Version to MaxVersion. Responses and reattach requests carry
+// Version.
+const (
+	// Version is the first version: every field but ca_bundle.
+	Version = 1
+	// VersionCABundle adds ca_bundle, the CAs the mounter's S3 client trusts.
+	VersionCABundle = 2
+	// MaxVersion is the newest version this package speaks.
+	MaxVersion = VersionCABundle
+)
+
+// RequestVersion is the version r is sent with: the lowest that carries every field r sets.
+func RequestVersion(r *Request) uint32 {
+	if len(r.GetCaBundle()) > 0 {
+		return VersionCABundle
+	}
+	return Version
+}
+
+// CheckVersion refuses a version this package does not speak.
+func CheckVersion(v uint32) error {
+	if v < Version || v > MaxVersion {
+		return fmt.Errorf("protocol version %d, this side speaks %d to %d", v, Version, MaxVersion)
+	}
+	return nil
+}
 
 // MaxFrameSize bounds one frame, so a peer cannot make the other allocate without limit.
 const MaxFrameSize = 64 << 10
@@ -66,8 +95,16 @@ type Response = handshakepb.MountResponse
 // ValidateRequest checks a decoded request.
 func ValidateRequest(r *Request) error {
 	var errs []error
-	if r.Version != Version {
-		errs = append(errs, fmt.Errorf("protocol version %d, want %d", r.Version, Version))
+	if err := CheckVersion(r.Version); err != nil {
+		errs = append(errs, err)
+	}
+	if len(r.CaBundle) > 0 {
+		if r.Version < VersionCABundle {
+			errs = append(errs, fmt.Errorf("a CA bundle in a version %d request, which cannot carry one", r.Version))
+		}
+		if _, err := cabundle.Parse(r.CaBundle); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if r.Bucket == "" {
 		errs = append(errs, errors.New("no bucket"))

@@ -38,7 +38,8 @@ const (
 // MountRequest asks the mounter to serve a filesystem on the attached /dev/fuse descriptor.
 type MountRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The protocol version the sender speaks; a mounter refuses a version it does not know.
+	// The protocol version the request needs: 1, or 2 when it carries ca_bundle; a mounter
+	// refuses a version it does not know.
 	Version uint32 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
 	// The S3 bucket to serve.
 	Bucket string `protobuf:"bytes,2,opt,name=bucket,proto3" json:"bucket,omitempty"`
@@ -59,7 +60,12 @@ type MountRequest struct {
 	// Sent alone, without descriptors, to a mounter that serves: asks it for the request it serves
 	// and, attached to the answer, its /dev/fuse and state descriptors, so that a node-agent that
 	// restarted keeps them again. Only the uid that sent the mount request may ask.
-	Reattach      bool `protobuf:"varint,10,opt,name=reattach,proto3" json:"reattach,omitempty"`
+	Reattach bool `protobuf:"varint,10,opt,name=reattach,proto3" json:"reattach,omitempty"`
+	// PEM certificates of the CAs the S3 client trusts for the endpoint's certificate, in addition
+	// to the system roots: the driver's CA (the chart's s3.caBundle), never a volume's choice and
+	// never a secret. A request that carries it is sent as version 2, which a mounter that does not
+	// know this field refuses instead of mounting without the CA.
+	CaBundle      []byte `protobuf:"bytes,11,opt,name=ca_bundle,json=caBundle,proto3" json:"ca_bundle,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -164,6 +170,13 @@ func (x *MountRequest) GetReattach() bool {
 	return false
 }
 
+func (x *MountRequest) GetCaBundle() []byte {
+	if x != nil {
+		return x.CaBundle
+	}
+	return nil
+}
+
 // MountResponse is the mounter's answer: success once the filesystem serves, else why not.
 type MountResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -242,7 +255,7 @@ var File_s3csi_mount_v1_handshake_proto protoreflect.FileDescriptor
 
 const file_s3csi_mount_v1_handshake_proto_rawDesc = "" +
 	"\n" +
-	"\x1es3csi/mount/v1/handshake.proto\x12\x0es3csi.mount.v1\"\x9e\x02\n" +
+	"\x1es3csi/mount/v1/handshake.proto\x12\x0es3csi.mount.v1\"\xbb\x02\n" +
 	"\fMountRequest\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x16\n" +
 	"\x06bucket\x18\x02 \x01(\tR\x06bucket\x12\x12\n" +
@@ -255,7 +268,8 @@ const file_s3csi_mount_v1_handshake_proto_rawDesc = "" +
 	"\tvolume_id\x18\b \x01(\tR\bvolumeId\x12\x16\n" +
 	"\x06resume\x18\t \x01(\bR\x06resume\x12\x1a\n" +
 	"\breattach\x18\n" +
-	" \x01(\bR\breattach\"\x98\x01\n" +
+	" \x01(\bR\breattach\x12\x1b\n" +
+	"\tca_bundle\x18\v \x01(\fR\bcaBundle\"\x98\x01\n" +
 	"\rMountResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12\x1f\n" +

@@ -125,7 +125,7 @@ var examplePVs = []struct {
 	{name: "mount-s3 options that choose the node's files or trust are refused",
 		entries: []string{"--log-directory=/var/log/mountpoint", "--ca-bundle=/etc/ssl/ca.pem"},
 		wantErr: []string{`"--log-directory=/var/log/mountpoint" is not allowed: logs go to the Mountpoint Pod's output`,
-			`"--ca-bundle=/etc/ssl/ca.pem" is not allowed: TLS trust is set by the driver's configuration`}},
+			`"--ca-bundle=/etc/ssl/ca.pem" is not allowed: the S3 endpoint's CA is the driver's: set it with the chart value ` + "`s3.caBundle`"}},
 }
 
 func TestScalityAndAWSExamplePersistentVolumes(t *testing.T) {

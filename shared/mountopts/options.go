@@ -140,7 +140,7 @@ var specs = []spec{
 	{name: "expected-bucket-owner", verdict: Works, kind: word, example: "123456789012", note: "requests fail unless the bucket belongs to this account"},
 	{name: "file-mode", verdict: Works, kind: octalMode, example: "640", note: "permission bits of files (default 644)"},
 	{name: "force-path-style", verdict: Works, note: "path-style addressing; the driver's `s3.pathStyle` sets it for every volume"},
-	{name: "gid", verdict: Works, kind: uintValue, max: maxID, example: "2000", note: "group of every file and directory (default: the workload's fsGroup, else the mounter's)"},
+	{name: "gid", verdict: Works, kind: uintValue, max: maxID, example: "2000", note: "group of every file and directory (default: the workload's fsGroup, else 0 as under the Scality driver)"},
 	{name: "max-cache-size", verdict: Works, kind: uintValue, min: 1, max: maxID, example: "1024", note: "bounds the cache, in MiB; needs cache"},
 	{name: "max-memory-target", verdict: Works, kind: uintValue, min: minMemory, max: maxID, example: "512", note: "bounds the data buffers, in MiB"},
 	{name: "max-threads", verdict: Works, kind: uintValue, min: 1, max: maxThreads, example: "16", note: "concurrency of the mounter's S3 client (default 16)"},
@@ -190,7 +190,7 @@ var specs = []spec{
 
 	// Options refused: they would let a volume choose the node's trust, credentials or files.
 	{name: "ca-bundle", verdict: Refused, kind: anyValue,
-		note: "TLS trust is set by the driver's configuration, never by a volume: trust the endpoint's CA in the driver and remove the option"},
+		note: "the S3 endpoint's CA is the driver's: set it with the chart value `s3.caBundle` (or `s3.caConfigMap`), never in a volume, and remove the option"},
 	{name: "endpoint-url", verdict: Refused, kind: anyValue,
 		note: "the endpoint is set by the driver's configuration (the chart's `s3.endpointUrl`): remove the option, or install a driver for the other endpoint"},
 	{name: "log-directory", aliases: []string{"l"}, verdict: Refused, kind: anyValue,

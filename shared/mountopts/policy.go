@@ -318,9 +318,15 @@ func (o *Options) Args() []string {
 }
 
 // ApplyVolumeMountGroup gives the workloads' fsGroup access when the user did not choose a
-// group: group ownership, allow-other, and group read/write modes, each only if absent.
+// group: group ownership, allow-other, and group read/write modes, each only if absent. Without
+// an fsGroup the files' group is 0, as under the Scality driver, whose Mountpoint Pods run in
+// group 0, not the group the mounter runs as: a workload keeps the ownership it saw there.
 func (o *Options) ApplyVolumeMountGroup(group string) error {
-	if group == "" || o.Has("gid") {
+	if o.Has("gid") {
+		return nil
+	}
+	if group == "" {
+		o.SetIfAbsent("gid", DefaultGID)
 		return nil
 	}
 	if _, err := strconv.ParseUint(group, 10, 32); err != nil {
@@ -332,6 +338,10 @@ func (o *Options) ApplyVolumeMountGroup(group string) error {
 	o.SetIfAbsent("file-mode", "660")
 	return nil
 }
+
+// DefaultGID is the files' group of a volume that sets no gid, mounted for a workload without
+// an fsGroup (ApplyVolumeMountGroup).
+const DefaultGID = "0"
 
 // ApplyDefaults adds what the driver always sets: read-only when asked, allow-root when
 // allow-other is absent (the node-agent's own checks run as root), path-style addressing.

@@ -71,6 +71,23 @@ func TestVolumeMountGroupIsAppliedOnlyWithoutAnExplicitGid(t *testing.T) {
 	}
 }
 
+// Without an fsGroup or a gid the files' group is 0, as under the Scality driver: a workload
+// moved from it keeps the group ownership it saw.
+func TestWithoutAGroupTheFilesGroupIsTheScalityDrivers(t *testing.T) {
+	o, _ := Parse([]string{"--file-mode=640"})
+	if err := o.ApplyVolumeMountGroup(""); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"--file-mode=640", "--gid=0"}; !slices.Equal(o.Args(), want) {
+		t.Fatalf("args = %q, want %q", o.Args(), want)
+	}
+	o, _ = Parse([]string{"--gid=5"})
+	_ = o.ApplyVolumeMountGroup("")
+	if got := o.Args(); !slices.Equal(got, []string{"--gid=5"}) {
+		t.Fatalf("explicit gid overridden: %q", got)
+	}
+}
+
 func FuzzParse(f *testing.F) {
 	f.Add("prefix=a/")
 	f.Add("--region us-east-1 --endpoint-url=x")
@@ -142,7 +159,8 @@ func TestCheckArgsRefusesWhatThePolicyRefuses(t *testing.T) {
 			wantErr: `mount option "--endpoint-url=http://evil.example" is not allowed: the endpoint is set by the driver's configuration`},
 		{name: "a profile cannot be chosen", args: []string{"--read-only", "--profile=x"},
 			wantErr: `mount option "--profile=x" is not allowed: credentials are provided by the driver`},
-		{name: "a CA bundle cannot be chosen", args: []string{"--ca-bundle=/etc/evil.pem"}, wantErr: "TLS trust is set by the driver"},
+		{name: "a CA bundle cannot be chosen, and the chart value that gives one is named", args: []string{"--ca-bundle=/etc/evil.pem"},
+			wantErr: "the S3 endpoint's CA is the driver's: set it with the chart value `s3.caBundle`"},
 		{name: "a log directory cannot be chosen", args: []string{"--log-directory=/host"}, wantErr: "logs go to the Mountpoint Pod's output"},
 		{name: "an unknown option is refused", args: []string{"--allow-everything"}, wantErr: "unknown or not allowed"},
 		{name: "a value in the next argument is refused", args: []string{"--cache", "data"}, wantErr: `"--cache" needs a value`},

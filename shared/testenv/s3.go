@@ -3,10 +3,13 @@ package testenv
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -33,6 +36,12 @@ type S3 struct {
 	Bucket string
 	// Dir is the posix backend root.
 	Dir string
+	// CAPEM is the PEM of the CA that signed the server's certificate when it serves HTTPS
+	// (StartS3TLS), nil otherwise; Client trusts it.
+	CAPEM []byte
+
+	// certFile and keyFile are the server's certificate and key when it serves HTTPS.
+	certFile, keyFile string
 
 	bin    string
 	cmd    *exec.Cmd
@@ -44,6 +53,16 @@ type S3 struct {
 // StartS3E starts versitygw (built by `make tools`) serving a posix root under dir, with random
 // root credentials, and creates one empty bucket.
 func StartS3E(ctx context.Context, dir string) (*S3, error) {
+	return startS3(ctx, dir, false)
+}
+
+// StartS3TLSE is StartS3E with the server serving HTTPS only, its certificate (for 127.0.0.1)
+// signed by a CA made for it alone (S3.CAPEM): a private CA, as an on-premises endpoint's.
+func StartS3TLSE(ctx context.Context, dir string) (*S3, error) {
+	return startS3(ctx, dir, true)
+}
+
+func startS3(ctx context.Context, dir string, withTLS bool) (*S3, error) {
 	bin, err := toolPath("S3CSI_VERSITYGW", "versitygw")
 	if err != nil {
 		return nil, err
@@ -55,10 +74,16 @@ func StartS3E(ctx context.Context, dir string) (*S3, error) {
 	if err := os.MkdirAll(root, 0o750); err != nil {
 		return nil, fmt.Errorf("create S3 root: %w", err)
 	}
+	var tlsFiles *S3
+	if withTLS {
+		if tlsFiles, err = writeServerCertificate(dir); err != nil {
+			return nil, err
+		}
+	}
 	// A free port can be taken between choosing it and versitygw binding it: try a few.
 	var lastErr error
 	for range 3 {
-		s, err := startVersitygw(ctx, bin, root)
+		s, err := startVersitygw(ctx, bin, root, tlsFiles)
 		if err == nil {
 			if err := s.CreateBucket(ctx, "s3csi-test-"+randomHex(4)); err != nil {
 				_ = s.Stop()
@@ -74,9 +99,21 @@ func StartS3E(ctx context.Context, dir string) (*S3, error) {
 // StartS3 starts an S3 server for the test and stops it when the test ends.
 func StartS3(t testing.TB) *S3 {
 	t.Helper()
+	return startS3T(t, StartS3E)
+}
+
+// StartS3TLS starts an S3 server serving HTTPS with a private CA (StartS3TLSE) for the test and
+// stops it when the test ends.
+func StartS3TLS(t testing.TB) *S3 {
+	t.Helper()
+	return startS3T(t, StartS3TLSE)
+}
+
+func startS3T(t testing.TB, start func(context.Context, string) (*S3, error)) *S3 {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	s, err := StartS3E(ctx, t.TempDir())
+	s, err := start(ctx, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,18 +125,25 @@ func StartS3(t testing.TB) *S3 {
 	return s
 }
 
-func startVersitygw(ctx context.Context, bin, root string) (*S3, error) {
+func startVersitygw(ctx context.Context, bin, root string, tlsFiles *S3) (*S3, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
 	}
+	scheme := "http://"
+	if tlsFiles != nil {
+		scheme = "https://"
+	}
 	s := &S3{
-		Endpoint:  "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
+		Endpoint:  scheme + net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
 		Region:    "us-east-1",
 		AccessKey: "S3CSI" + randomHex(8),
 		SecretKey: randomHex(20),
 		Dir:       root,
 		bin:       bin,
+	}
+	if tlsFiles != nil {
+		s.CAPEM, s.certFile, s.keyFile = tlsFiles.CAPEM, tlsFiles.certFile, tlsFiles.keyFile
 	}
 	if err := s.start(ctx); err != nil {
 		return nil, err
@@ -109,10 +153,14 @@ func startVersitygw(ctx context.Context, bin, root string) (*S3, error) {
 
 // start runs versitygw on s's address, root and credentials and waits until it listens.
 func (s *S3) start(ctx context.Context) error {
-	addr := strings.TrimPrefix(s.Endpoint, "http://")
+	addr := strings.TrimPrefix(strings.TrimPrefix(s.Endpoint, "http://"), "https://")
 	s.exited, s.output, s.err = make(chan struct{}), &SyncBuffer{}, nil
+	args := []string{"--port", addr, "--quiet"}
+	if s.certFile != "" {
+		args = append(args, "--cert", s.certFile, "--key", s.keyFile)
+	}
 	// Credentials go through the environment, not argv, so they do not show in ps.
-	s.cmd = exec.Command(s.bin, "--port", addr, "--quiet", "posix", s.Dir)
+	s.cmd = exec.Command(s.bin, append(args, "posix", s.Dir)...) //nolint:gosec // the pinned tool
 	s.cmd.Env = append(os.Environ(), "ROOT_ACCESS_KEY="+s.AccessKey, "ROOT_SECRET_KEY="+s.SecretKey)
 	s.cmd.Stdout, s.cmd.Stderr = s.output, s.output
 	if err := s.cmd.Start(); err != nil {
@@ -156,12 +204,20 @@ func (s *S3) Pid() int { return s.cmd.Process.Pid }
 
 // Client returns an S3 client for the server signed with the given credentials.
 func (s *S3) Client(accessKey, secretKey string) *s3.Client {
-	return s3.New(s3.Options{
+	o := s3.Options{
 		BaseEndpoint: aws.String(s.Endpoint),
 		Region:       s.Region,
 		Credentials:  credentials.NewStaticCredentialsProvider(accessKey, secretKey, ""),
 		UsePathStyle: true,
-	})
+	}
+	if s.CAPEM != nil {
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(s.CAPEM)
+		o.HTTPClient = &http.Client{Transport: &http.Transport{
+			TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
+		}}
+	}
+	return s3.New(o)
 }
 
 // RootClient returns an S3 client with the server's root credentials.

@@ -143,3 +143,19 @@ func TestMissingVersitygwSaysHowToBuildIt(t *testing.T) {
 		t.Fatalf("StartS3E with no versitygw = %v, want an error naming `make tools`", err)
 	}
 }
+
+func TestAnHTTPSS3ServerIsTrustedOnlyWithItsCA(t *testing.T) {
+	srv := testenv.StartS3TLS(t)
+	if !strings.HasPrefix(srv.Endpoint, "https://") || len(srv.CAPEM) == 0 {
+		t.Fatalf("endpoint %s, CA %d bytes: want HTTPS with a CA", srv.Endpoint, len(srv.CAPEM))
+	}
+	if _, err := srv.RootClient().ListObjectsV2(t.Context(), &s3.ListObjectsV2Input{Bucket: aws.String(srv.Bucket)}); err != nil {
+		t.Fatalf("list trusting the CA: %v", err)
+	}
+	untrusting := s3.New(s3.Options{BaseEndpoint: aws.String(srv.Endpoint), Region: srv.Region, UsePathStyle: true,
+		Credentials: aws.AnonymousCredentials{}, RetryMaxAttempts: 1})
+	_, err := untrusting.ListObjectsV2(t.Context(), &s3.ListObjectsV2Input{Bucket: aws.String(srv.Bucket)})
+	if err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("list without the CA = %v, want a certificate error", err)
+	}
+}

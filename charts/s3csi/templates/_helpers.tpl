@@ -25,16 +25,22 @@ app.kubernetes.io/component: {{ .component }}
 {{- $img := .root.Values.image -}}
 {{- $repo := index $img.repositories .key -}}
 {{- $tag := default (default .root.Chart.AppVersion $img.tag) (index $img.tags .key) -}}
-{{- if $img.registry -}}
-{{ trimSuffix "/" $img.registry }}/{{ $repo }}:{{ $tag }}
+{{- $registry := include "s3csi.scality.value" (dict "root" .root "name" "image.registry") -}}
+{{- if $registry -}}
+{{ trimSuffix "/" $registry }}/{{ $repo }}:{{ $tag }}
 {{- else -}}
 {{ $repo }}:{{ $tag }}
 {{- end -}}
 {{- end }}
 
-{{/* The endpoint, refused with a clear message when missing (the schema refuses it first). */}}
+{{/* The endpoint (or Scality's node.s3EndpointUrl), refused with a clear message when missing. */}}
 {{- define "s3csi.endpointUrl" -}}
-{{- required "s3.endpointUrl is required: set it to the URL of your S3 service, e.g. --set s3.endpointUrl=https://s3.example.com" .Values.s3.endpointUrl -}}
+{{- required "s3.endpointUrl is required: set it to the URL of your S3 service, e.g. --set s3.endpointUrl=https://s3.example.com" (include "s3csi.scality.value" (dict "root" . "name" "s3.endpointUrl")) -}}
+{{- end }}
+
+{{/* The signing region (or Scality's node.s3Region). */}}
+{{- define "s3csi.region" -}}
+{{- include "s3csi.scality.value" (dict "root" . "name" "s3.region") -}}
 {{- end }}
 
 {{/* NATS URL the services connect to: the external one, or the chart's Service. */}}
@@ -153,10 +159,14 @@ tolerations:
 {{- end }}
 {{- end }}
 
+{{/* imagePullSecrets of the charted pods; each entry a name (as Scality's and AWS's charts take
+them) or a {name: ...} object. */}}
 {{- define "s3csi.imagePullSecrets" -}}
 {{- with .Values.imagePullSecrets }}
 imagePullSecrets:
-  {{- toYaml . | nindent 2 }}
+  {{- range . }}
+  - name: {{ if kindIs "string" . }}{{ . }}{{ else }}{{ .name }}{{ end }}
+  {{- end }}
 {{- end }}
 {{- end }}
 
@@ -261,4 +271,54 @@ bundled NATS's CA, or the external NATS's CA and client certificate. */}}
       {{- end }}
 {{- end }}
 {{- end }}
+{{- end }}
+
+{{/*
+The CA of the S3 endpoint, as JSON (read it with `include "s3csi.s3CA" . | fromJson`):
+configMap, the ConfigMap of the release namespace that holds it, and key, its key there (empty
+when no CA is set); data, the PEM when the chart renders that ConfigMap (s3csi-s3-ca) itself.
+s3.caBundle and s3.caConfigMap are this chart's names; Scality CSI Driver v2.2's tls.caCertData
+(PEM) and tls.caCertConfigMap (a ConfigMap whose key ca-bundle.crt holds it) are accepted alone.
+Two names giving the CA fail the rendering: which one wins would be a guess.
+*/}}
+{{- define "s3csi.s3CA" -}}
+{{- $tls := get .Values "tls" | default dict -}}
+{{- $set := dict -}}
+{{- range $name, $value := dict "s3.caBundle" (get .Values.s3 "caBundle") "s3.caConfigMap" (get .Values.s3 "caConfigMap") "tls.caCertData" (get $tls "caCertData") "tls.caCertConfigMap" (get $tls "caCertConfigMap") -}}
+{{- if $value }}{{ $_ := set $set $name $value }}{{ end -}}
+{{- end -}}
+{{- $ours := without (keys $set | sortAlpha) "tls.caCertConfigMap" "tls.caCertData" -}}
+{{- $scality := without (keys $set | sortAlpha) "s3.caBundle" "s3.caConfigMap" -}}
+{{- if and $ours $scality -}}
+{{- fail (printf "%s and %s both give the S3 endpoint's CA: set only %s (the Scality v2 names tls.caCertData and tls.caCertConfigMap are accepted only without s3.caBundle and s3.caConfigMap)" (join ", " $ours) (join ", " $scality) (join ", " $ours)) -}}
+{{- end -}}
+{{- if gt (len $ours) 1 -}}
+{{- fail "s3.caBundle and s3.caConfigMap both give the S3 endpoint's CA: set one (s3.caBundle holds the PEM, s3.caConfigMap names a ConfigMap holding it under the key ca.crt)" -}}
+{{- end -}}
+{{- $data := or (get $set "s3.caBundle") (get $set "tls.caCertData") -}}
+{{- if $data -}}
+{{- if not (contains "-----BEGIN CERTIFICATE-----" $data) -}}
+{{- fail (printf "%s holds no PEM certificate: give the CA's certificate file, e.g. --set-file %s=ca.pem" (first (concat $ours $scality)) (first (concat $ours $scality))) -}}
+{{- end -}}
+{{- dict "configMap" "s3csi-s3-ca" "key" "ca.crt" "data" $data | toJson -}}
+{{- else if get $set "s3.caConfigMap" -}}
+{{- dict "configMap" (get $set "s3.caConfigMap") "key" "ca.crt" | toJson -}}
+{{- else if get $set "tls.caCertConfigMap" -}}
+{{- dict "configMap" (get $set "tls.caCertConfigMap") "key" "ca-bundle.crt" | toJson -}}
+{{- else -}}
+{}
+{{- end -}}
+{{- end }}
+
+{{/* Where the csi-controller and the node-agent read the S3 endpoint's CA. */}}
+{{- define "s3csi.s3CAFile" -}}/etc/s3csi/s3-ca/ca.crt{{- end }}
+
+{{/* The volume of the S3 endpoint's CA: call with the result of s3csi.s3CA. */}}
+{{- define "s3csi.s3CAVolume" -}}
+- name: s3-ca
+  configMap:
+    name: {{ .configMap }}
+    items:
+      - key: {{ .key }}
+        path: ca.crt
 {{- end }}

@@ -1,4 +1,4 @@
-// Package command is kubectl s3csi: its commands (events, status, replay), their flags and
+// Package command is kubectl s3csi: its commands (events, status, replay, migrate), their flags and
 // how each error becomes one line and an exit code.
 package command
 
@@ -87,7 +87,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	pf.StringVar(&g.mountpointNamespace, "mountpoint-namespace", g.mountpointNamespace,
 		"namespace of the Mountpoint Pods (env MOUNTPOINT_NAMESPACE)")
 	// The commands take ctx from cmd.Context(), which root.SetContext set.
-	root.AddCommand(newEventsCommand(g), newStatusCommand(g), newReplayCommand(g)) //nolint:contextcheck // see above
+	root.AddCommand(newEventsCommand(g), newStatusCommand(g), newReplayCommand(g), newMigrateCommand()) //nolint:contextcheck // see above
 
 	err := root.Execute()
 	switch {

@@ -64,8 +64,8 @@ func run(ctx context.Context, args []string) error {
 		}
 		return errors.New("usage: s3csi-cluster make-bucket NAME [KEY TEXT]")
 	case "env":
-		fmt.Fprintf(os.Stdout, "export KUBECONFIG=%s\nexport PATH=%s:$PATH\nexport S3CSI_S3_ENDPOINT=%s\nexport S3CSI_S3_DATA_DIR=%s\n",
-			cfg.Kubeconfig(), cfg.KubeBinDir, cfg.S3Endpoint(), cfg.S3DataDir())
+		fmt.Fprintf(os.Stdout, "export KUBECONFIG=%s\nexport PATH=%s:$PATH\nexport S3CSI_S3_ENDPOINT=%s\nexport S3CSI_S3_CA_BUNDLE=%s\nexport S3CSI_S3_DATA_DIR=%s\n",
+			cfg.Kubeconfig(), cfg.KubeBinDir, cfg.S3Endpoint(), cfg.S3CAFile(), cfg.S3DataDir())
 		return nil
 	}
 	return fmt.Errorf("unknown command %q: want up, down, status, load-images, install, make-bucket or env", args[0])

@@ -125,12 +125,16 @@ func TestTLSToTheEndpointWithACustomCA(t *testing.T) {
 			t.Errorf("DeleteVolume() = %v", err)
 		}
 	})
-	t.Run("without the CA bundle the certificate is refused", func(t *testing.T) {
+	t.Run("without the CA bundle the certificate is refused, naming the chart value that gives the CA", func(t *testing.T) {
 		e := newEnv(t, e0.s3, withEndpoint(ep))
 		_, err := e.ctrl.CreateVolume(testContext(t), createReq("pvc-untrusted-tls"))
-		wantCode(t, err, codes.Unavailable)
-		if !strings.Contains(err.Error(), "certificate") {
-			t.Errorf("error = %v, want a certificate error", err)
+		// Not Unavailable: the endpoint answered, and retrying changes nothing until the
+		// operator gives the CA.
+		wantCode(t, err, codes.FailedPrecondition)
+		for _, want := range []string{"certificate is not trusted", "s3.caBundle", "unknown authority"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("error = %v, want it to say %q", err, want)
+			}
 		}
 	})
 }

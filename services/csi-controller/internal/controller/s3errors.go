@@ -11,6 +11,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/s3csi/s3csi/shared/cabundle"
+
 	"github.com/s3csi/s3csi/services/csi-controller/internal/metrics"
 )
 
@@ -125,6 +127,10 @@ func s3Status(err error, what string) error {
 		return status.Errorf(codes.InvalidArgument, "%s: %v", what, err)
 	case apiCode(err) == "TooManyBuckets":
 		return status.Errorf(codes.ResourceExhausted, "%s: the account holds the most buckets it may: %v", what, err)
+	case cabundle.Untrusted(err):
+		// Before isUnreachable, which a TLS failure matches too: the endpoint answered, with a
+		// certificate only the operator can make trusted.
+		return status.Errorf(codes.FailedPrecondition, "%s: %s (the csi-controller's --s3-ca-bundle): %v", what, cabundle.Hint, err)
 	case isUnreachable(err):
 		return status.Errorf(codes.Unavailable, "%s: cannot reach the S3 endpoint; check --s3-endpoint, DNS and the network: %v", what, err)
 	}

@@ -16,12 +16,13 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/s3csi/s3csi/shared/cabundle"
 )
 
 // DefaultRegion is the region requests are signed for when none is configured. S3-compatible
@@ -102,20 +103,14 @@ func NewHTTPClient(ep Endpoint) (*http.Client, error) {
 	return &http.Client{Transport: transport}, nil
 }
 
-// loadCABundle returns the system roots plus the CAs of the PEM file at path.
+// loadCABundle returns the system roots plus the CAs of the PEM file at path, checked as the
+// node-agent and the mounter check the same bundle (cabundle.Parse).
 func loadCABundle(path string) (*x509.CertPool, error) {
-	pem, err := os.ReadFile(path)
+	data, err := cabundle.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("read CA bundle: %w", err)
+		return nil, err
 	}
-	pool, err := x509.SystemCertPool()
-	if err != nil || pool == nil {
-		pool = x509.NewCertPool()
-	}
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("read CA bundle %s: no PEM certificate found", path)
-	}
-	return pool, nil
+	return cabundle.Pool(data)
 }
 
 // New returns an S3 client for ep signed with creds, sending through httpClient (see

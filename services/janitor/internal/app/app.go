@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/discovery"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -132,8 +133,18 @@ func (s *service) build(ctx context.Context, log logr.Logger) (manager.Manager, 
 	if err != nil {
 		return nil, nil, fmt.Errorf("create manager: %w", err)
 	}
-	// The API server answered above: one check tells whether the CRD lets it filter attachments.
-	if err := servicecmd.CheckCRD(logr.NewContext(ctx, log), mgr.GetAPIReader(), 5*time.Second); err != nil {
+	// The API server answered above. Helm never upgrades a CRD it finds (an older release's, the
+	// Scality driver's): the janitor brings it to the one its types need, then checks it.
+	if err := s3csiv2.ApplyCRD(ctx, mgr.GetClient()); err != nil {
+		log.Error(err, "Cannot upgrade the attachment CRD; checking it as it is")
+	} else {
+		log.Info("Applied the attachment CRD", "crd", s3csiv2.CRDName)
+	}
+	disco, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("create discovery client: %w", err)
+	}
+	if err := servicecmd.CheckCRD(logr.NewContext(ctx, log), mgr.GetAPIReader(), disco.OpenAPIV3(), time.Second, servicecmd.CRDPatience); err != nil {
 		return nil, nil, err
 	}
 	s.admin.AddReadyCheck(admin.Check{Name: "informer-sync", Fn: func(ctx context.Context) error {

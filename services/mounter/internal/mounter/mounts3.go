@@ -15,6 +15,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/s3csi/s3csi/shared/cabundle"
 	"github.com/s3csi/s3csi/shared/handshake"
 )
 
@@ -59,6 +60,15 @@ func (e *MountS3Engine) Mount(ctx context.Context, fd int, state *os.File, req *
 		return nil, err
 	}
 	opts.Foreground = true
+	if len(req.CaBundle) > 0 {
+		path, err := writeCABundle(req.CaBundle)
+		if err != nil {
+			return nil, err
+		}
+		// mount-s3 1.23 and later read it (as --ca-bundle); earlier ones ignore the variable,
+		// where --ca-bundle would stop them at start as an unknown option.
+		env["AWS_CA_BUNDLE"] = path
+	}
 	if opts.MaxAttempts != nil {
 		// Not a mount-s3 option: the Scality and AWS drivers hand it over as the SDK's variable.
 		env["AWS_MAX_ATTEMPTS"] = strconv.Itoa(*opts.MaxAttempts)
@@ -116,10 +126,15 @@ func (p *mountS3Process) Wait() error {
 }
 
 func (p *mountS3Process) exitError() error {
-	if p.err == nil {
-		return errors.New("mount-s3 exited before it served the mount: " + p.out.String())
+	out := p.out.String()
+	// First: the node-agent shows the start of a long message only.
+	if tlsUntrusted(out) {
+		out = cabundle.Hint + ": " + out
 	}
-	return fmt.Errorf("mount-s3 %w: %s", p.err, p.out.String())
+	if p.err == nil {
+		return errors.New("mount-s3 exited before it served the mount: " + out)
+	}
+	return fmt.Errorf("mount-s3 %w: %s", p.err, out)
 }
 
 // mergeEnv returns base with the keys of set replaced, in a stable order.

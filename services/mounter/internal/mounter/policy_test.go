@@ -74,7 +74,7 @@ func TestCheckPolicy(t *testing.T) {
 				`mount option "--endpoint-url=http://evil.example" is not allowed: the endpoint is set by the driver's configuration`},
 		{name: "a profile option is refused", req: request([]string{"--profile=x"}, nodeAgentEnv),
 			wantErr: `mount option "--profile=x" is not allowed: credentials are provided by the driver`},
-		{name: "a CA bundle option is refused", req: request([]string{"--ca-bundle=/evil.pem"}, nil), wantErr: "TLS trust is set by the driver"},
+		{name: "a CA bundle option is refused", req: request([]string{"--ca-bundle=/evil.pem"}, nil), wantErr: "set it with the chart value `s3.caBundle`"},
 		{name: "a log directory option is refused", req: request([]string{"--log-directory=/host"}, nil), wantErr: "logs go to the Mountpoint Pod's output"},
 		{name: "an option mount-s3 has but the policy does not list is refused", req: request([]string{"--foreground"}, nil), wantErr: "not allowed"},
 		{name: "an unknown environment variable is refused", req: request(nil, []string{"AWS_PROFILE=s3csi", "AWS_CA_BUNDLE=/evil.pem"}),

@@ -45,7 +45,8 @@ func (e *S3Engine) Mount(ctx context.Context, fd int, state *os.File, req *hands
 		}
 		return nil, err
 	}
-	cfg := s3fs.Config{Options: opts, Log: e.Log, Memory: s3fs.ApplyMemoryPlan(&opts, e.Log), State: state, Resume: req.Resume}
+	cfg := s3fs.Config{Options: opts, Log: e.Log, Memory: s3fs.ApplyMemoryPlan(&opts, e.Log), State: state, Resume: req.Resume,
+		CABundle: req.CaBundle}
 	m, err := s3fs.MountFD(ctx, fd, cfg)
 	switch {
 	case m == nil:

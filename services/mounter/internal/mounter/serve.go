@@ -201,8 +201,8 @@ func reattach(conn *net.UnixConn, sv *served) error {
 		return fmt.Errorf("read request: %w", err)
 	case !req.Reattach:
 		return errors.New("this mounter already serves a mount: it takes only reattach requests")
-	case req.Version != handshake.Version:
-		return fmt.Errorf("protocol version %d, want %d", req.Version, handshake.Version)
+	case handshake.CheckVersion(req.Version) != nil:
+		return handshake.CheckVersion(req.Version)
 	}
 	uid, _, err := handshake.PeerCred(conn)
 	if err != nil {

@@ -3,6 +3,7 @@ package s3fs
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -23,6 +24,7 @@ import (
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 	"github.com/go-logr/logr"
 
+	"github.com/s3csi/s3csi/shared/cabundle"
 	"github.com/s3csi/s3csi/shared/version"
 
 	"github.com/s3csi/s3csi/services/mounter/internal/mountargs"
@@ -79,6 +81,19 @@ func newClient(ctx context.Context, opts *mountargs.Options, creds aws.Credentia
 			t.MaxIdleConnsPerHost = conns
 			t.ResponseHeaderTimeout = cfg.RequestTimeout
 		})
+	if len(cfg.CABundle) > 0 {
+		// The driver's CA (the mount request's), trusted besides the system roots.
+		pool, err := cabundle.Pool(cfg.CABundle)
+		if err != nil {
+			return nil, fmt.Errorf("trust the driver's CA bundle: %w", err)
+		}
+		httpClient = httpClient.WithTransportOptions(func(t *http.Transport) {
+			if t.TLSClientConfig == nil {
+				t.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+			}
+			t.TLSClientConfig.RootCAs = pool
+		})
+	}
 	return s3.NewFromConfig(awsCfg, func(o *s3.Options) {
 		o.Region = region
 		o.HTTPClient = httpClient
@@ -99,6 +114,13 @@ func newClient(ctx context.Context, opts *mountargs.Options, creds aws.Credentia
 			}
 			r.MaxBackoff = 2 * time.Second
 			r.RateLimiter = ratelimit.None
+			// An untrusted certificate stays untrusted: fail at once with the reason.
+			r.Retryables = append([]retry.IsErrorRetryable{retry.IsErrorRetryableFunc(func(err error) aws.Ternary {
+				if cabundle.Untrusted(err) {
+					return aws.FalseTernary
+				}
+				return aws.UnknownTernary
+			})}, r.Retryables...)
 		})
 		if opts.Debug {
 			o.ClientLogMode = aws.LogRetries

@@ -77,6 +77,9 @@ type Config struct {
 	State *os.File
 	// Resume takes the connection over from State instead of answering a new mount's INIT.
 	Resume bool
+	// CABundle is PEM certificates of CAs the S3 client trusts for the endpoint's certificate
+	// in addition to the system roots (the driver's, from the mount request); nil: none.
+	CABundle []byte
 }
 
 func (c *Config) maxThreads() int {

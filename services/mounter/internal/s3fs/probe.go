@@ -10,6 +10,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
+
+	"github.com/s3csi/s3csi/shared/cabundle"
 )
 
 // checkAccess lists one key under the mount's prefix.
@@ -38,7 +40,7 @@ func (f *filesystem) checkAccess(ctx context.Context) error {
 	case syscall.ENOENT:
 		return fmt.Errorf("bucket %q does not exist (%s)", f.bucket, code)
 	}
-	return fmt.Errorf("list bucket %q: %w", f.bucket, err)
+	return cabundle.Explain(fmt.Errorf("list bucket %q: %w", f.bucket, err))
 }
 
 // listOne lists one key under the mount's prefix: a request without a body that every mount may make.

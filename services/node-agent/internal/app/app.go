@@ -14,12 +14,15 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/discovery"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/openapi"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/s3csi/s3csi/shared/admin"
 	s3csiv2 "github.com/s3csi/s3csi/shared/api/v2"
+	"github.com/s3csi/s3csi/shared/cabundle"
 	"github.com/s3csi/s3csi/shared/csiserver"
 	"github.com/s3csi/s3csi/shared/events"
 	"github.com/s3csi/s3csi/shared/keymutex"
@@ -64,6 +67,7 @@ func Run(ctx context.Context, opts *options.Options) error {
 type service struct {
 	opts    *options.Options
 	api     client.Reader
+	openapi openapi.Client
 	admin   *admin.Server
 	pods    *podwatch.Watcher
 	server  *csi.Server
@@ -100,6 +104,10 @@ func newService(ctx context.Context, opts *options.Options, cfg *rest.Config) (*
 	if err != nil {
 		return nil, fmt.Errorf("create API client: %w", err)
 	}
+	disco, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("create discovery client: %w", err)
+	}
 	pods, err := podwatch.New(cfg, scheme, opts.MountpointNamespace, opts.NodeName, opts.MountpointImage, api, opts.AttachmentRereadPeriod)
 	if err != nil {
 		return nil, err
@@ -116,7 +124,7 @@ func newService(ctx context.Context, opts *options.Options, cfg *rest.Config) (*
 	}
 	waiter := attach.NewWaiter(opts.NodeName, api, opts.AttachmentRereadPeriod, m)
 	locks := &keymutex.Mutex{}
-	s := &service{opts: opts, api: api, admin: admin.New(opts.AdminAddr, reg), pods: pods}
+	s := &service{opts: opts, api: api, openapi: disco.OpenAPIV3(), admin: admin.New(opts.AdminAddr, reg), pods: pods}
 	s.cleaner = cleanup.New(opts.KubeletDir, pods, locks, opts.CleanupPeriod, m)
 	pods.Observe(s.cleaner.Observe)
 	var sink csi.EventSink
@@ -126,6 +134,12 @@ func newService(ctx context.Context, opts *options.Options, cfg *rest.Config) (*
 		}
 		sink = s.outbox
 	}
+	if opts.S3CABundle != "" {
+		// Read again at each mount; checked here so that a wrong bundle fails the rollout.
+		if _, err := cabundle.ReadFile(opts.S3CABundle); err != nil {
+			return nil, fmt.Errorf("--s3-ca-bundle: %w", err)
+		}
+	}
 	s.health = health.New(opts.KubeletDir, opts.NodeName, opts.MountpointNamespace, opts.HealthPeriod, api, sink, m)
 	s.server = csi.NewServer(csi.Config{
 		NodeName: opts.NodeName, DriverVersion: version.Version, KubeletDir: opts.KubeletDir, MounterUID: mppod.MounterUID,
@@ -133,7 +147,7 @@ func newService(ctx context.Context, opts *options.Options, cfg *rest.Config) (*
 		Region: opts.S3Region, EndpointURL: opts.S3EndpointURL, PathStyle: opts.S3PathStyle,
 		LegacyTokenFile: opts.LegacyTokenFile, Unbound: s.cleaner.Unbound,
 		DeadSource: s.health.Report, Replaced: s.health.Replaced, WarnWorkload: s.health.WarnWorkload,
-		ResumeWait: opts.ResumeWait, ReplayWait: opts.ReplayWait,
+		ResumeWait: opts.ResumeWait, ReplayWait: opts.ReplayWait, CABundleFile: opts.S3CABundle,
 	}, waiter, pods, locks, sink, m)
 	s.grpc = csi.NewGRPCServer(opts.CSIEndpoint, s.server, log.WithName("csi"), m)
 	if opts.RegisterWithKubelet {
@@ -197,7 +211,9 @@ func (s *service) run(ctx context.Context) error {
 	}
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return s.admin.Start(ctx) })
-	g.Go(func() error { return servicecmd.CheckCRD(ctx, s.api, 10*time.Second) })
+	g.Go(func() error {
+		return servicecmd.CheckCRD(ctx, s.api, s.openapi, 10*time.Second, servicecmd.CRDPatience)
+	})
 	g.Go(func() error { return s.pods.Start(ctx) })
 	g.Go(func() error { return s.grpc.Start(ctx) })
 	if s.consumer != nil {

@@ -187,6 +187,8 @@ type nodeOptions struct {
 	replaced func(ctx context.Context, mountpointPod string, r handshake.Resumption)
 	// warnWorkload records a Warning Event on a workload pod.
 	warnWorkload func(ctx context.Context, pod types.NamespacedName, uid types.UID, reason, message string)
+	// caBundleFile is the driver's CA bundle for the S3 endpoint (csi.Config.CABundleFile).
+	caBundleFile string
 }
 
 func startNode(t testing.TB, o nodeOptions) *node {
@@ -226,7 +228,7 @@ func startNode(t testing.TB, o nodeOptions) *node {
 		MountpointNamespace: mppod.DefaultNamespace, DriverCredentials: o.driverCreds, Region: "us-east-1",
 		EndpointURL: endpoint, PathStyle: true, LegacyTokenFile: o.legacyTokenFile,
 		Unbound: o.unbound, DeadSource: o.deadSource, ResumeWait: cmp.Or(o.resumeWait, 100*time.Millisecond),
-		Replaced: o.replaced, WarnWorkload: o.warnWorkload,
+		Replaced: o.replaced, WarnWorkload: o.warnWorkload, CABundleFile: o.caBundleFile,
 	}, &countingWaiter{Waiter: n.waiter, finds: &n.finds}, pods, n.mpLocks, nil, nil)
 	n.server.SetReady(true)
 	g := csi.NewGRPCServer("unix://"+filepath.Join(t.TempDir(), "csi.sock"), n.server, log, nil)

@@ -68,6 +68,10 @@ type Config struct {
 	DriverCredentials credentials.Static
 	// Region and EndpointURL configure the S3 client of every Mountpoint Pod.
 	Region, EndpointURL string
+	// CABundleFile, when set, is a PEM file of CAs the S3 client of every Mountpoint Pod trusts
+	// in addition to the system roots; read and checked at each mount (a ConfigMap volume
+	// updates it in place) and sent in the mount request.
+	CABundleFile string
 	// PathStyle addresses buckets as <endpoint>/<bucket> in every Mountpoint Pod, as
 	// on-premises S3 (Scality RING) needs; a volume may also ask for it with --force-path-style.
 	PathStyle bool

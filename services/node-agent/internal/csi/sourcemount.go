@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/s3csi/s3csi/shared/cabundle"
 	"github.com/s3csi/s3csi/shared/events/eventspb"
 	"github.com/s3csi/s3csi/shared/handshake"
 	"github.com/s3csi/s3csi/shared/mount"
@@ -141,6 +142,10 @@ type mountpointPod struct {
 // mountSource mounts FUSE on source and hands the connection to the Mountpoint Pod.
 func (s *Server) mountSource(ctx context.Context, dir string, serving mountpointPod, a *attach.Assignment, p *publishRequest, files written) error {
 	ns, mp := s.cfg.MountpointNamespace, a.MountpointPod
+	caBundle, err := s.caBundle()
+	if err != nil {
+		return err
+	}
 	dev, err := mount.FUSE(dir, a.Attachment.Spec.ReadOnly)
 	if err != nil {
 		return status.Errorf(codes.Internal, "%v", err)
@@ -149,7 +154,7 @@ func (s *Server) mountSource(ctx context.Context, dir string, serving mountpoint
 	req := &handshake.Request{
 		Bucket: p.Bucket, Args: s.args(p), Env: s.env(),
 		ConfigFile: files.ConfigFile, CredentialsFile: files.CredentialsFile,
-		MaxRead: mount.FUSEMaxRead, VolumeId: p.VolumeID,
+		MaxRead: mount.FUSEMaxRead, VolumeId: p.VolumeID, CaBundle: caBundle,
 	}
 	log := logr.FromContextOrDiscard(ctx).WithValues("source", dir, "mountpointPod", mp)
 	err = s.sources.Keep(logr.NewContext(ctx, log), mp, serving.pod, dev,
@@ -175,6 +180,22 @@ func (s *Server) mountSource(ctx context.Context, dir string, serving mountpoint
 	}
 	return status.Errorf(waitCode(ctx), "hand the mount of bucket %q to Mountpoint Pod %s/%s: %v; see kubectl logs -n %s %s",
 		p.Bucket, ns, mp, err, ns, mp)
+}
+
+// caBundle reads the driver's CA bundle, nil when none is configured. A file that is missing or
+// not PEM certificates fails the mount with FailedPrecondition: without it the mounter could
+// only fail later, on the endpoint's certificate.
+func (s *Server) caBundle() ([]byte, error) {
+	if s.cfg.CABundleFile == "" {
+		return nil, nil
+	}
+	data, err := cabundle.ReadFile(s.cfg.CABundleFile)
+	if err != nil {
+		return nil, status.Errorf(codes.FailedPrecondition,
+			"the driver's CA bundle for the S3 endpoint is not usable: %v; fix the chart value %s (PEM certificates, at most %d bytes)",
+			err, cabundle.ChartValue, cabundle.MaxSize)
+	}
+	return data, nil
 }
 
 // env is the S3 client configuration every Mountpoint Pod receives; never secrets.

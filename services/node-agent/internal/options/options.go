@@ -73,6 +73,10 @@ type Options struct {
 	S3PathStyle bool
 	// S3Region is the S3 region. Defaults to $AWS_REGION, else us-east-1.
 	S3Region string
+	// S3CABundle is a PEM file of the CAs trusted for the S3 endpoint's certificate in addition
+	// to the system roots (the chart's s3.caBundle). It is read at each mount and sent to the
+	// Mountpoint Pod's mounter with the mount request, so a new CA needs no restart. Empty: none.
+	S3CABundle string
 	// RegisterWithKubelet serves the kubelet plugin registration socket in
 	// <kubelet-dir>/plugins_registry (no node-driver-registrar sidecar needed).
 	RegisterWithKubelet bool
@@ -151,6 +155,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.S3EndpointURL, "s3-endpoint-url", o.S3EndpointURL, "S3 endpoint of every Mountpoint Pod (env AWS_ENDPOINT_URL)")
 	fs.BoolVar(&o.S3PathStyle, "s3-path-style", o.S3PathStyle, "address buckets as <endpoint>/<bucket> rather than <bucket>.<host>")
 	fs.StringVar(&o.S3Region, "s3-region", o.S3Region, "S3 region (env AWS_REGION)")
+	fs.StringVar(&o.S3CABundle, "s3-ca-bundle", o.S3CABundle,
+		"PEM file of extra CAs trusted for the S3 endpoint's certificate, read at each mount and sent to the Mountpoint Pod's mounter")
 	fs.BoolVar(&o.RegisterWithKubelet, "register-with-kubelet", o.RegisterWithKubelet, "serve the kubelet plugin registration socket")
 	fs.BoolVar(&o.RemoveStartupTaint, "remove-startup-taint", o.RemoveStartupTaint,
 		"remove the node's s3.csi.scality.com/agent-not-ready taint once the driver is registered")
@@ -199,6 +205,9 @@ func (o *Options) Validate() error {
 	}
 	if o.S3Region == "" {
 		errs = append(errs, errors.New("--s3-region must not be empty"))
+	}
+	if o.S3CABundle != "" && !path.IsAbs(o.S3CABundle) {
+		errs = append(errs, fmt.Errorf("--s3-ca-bundle must be an absolute path, got %q", o.S3CABundle))
 	}
 	if err := o.DriverCredentials.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("driver credentials from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY: %w", err))

@@ -24,6 +24,8 @@ func TestValidate(t *testing.T) {
 		{Name: "a replay wait under 1s is rejected", Modify: func(o *Options) { o.ReplayWait = time.Millisecond }, WantErr: []string{"--replay-wait"}},
 		{Name: "a sub-second cleanup period is rejected", Modify: func(o *Options) { o.CleanupPeriod = time.Millisecond }, WantErr: []string{"--cleanup-period"}},
 		{Name: "an S3 endpoint without a scheme is rejected", Modify: func(o *Options) { o.S3EndpointURL = "s3.example.com" }, WantErr: []string{"--s3-endpoint-url"}},
+		{Name: "a relative CA bundle path is rejected", Modify: func(o *Options) { o.S3CABundle = "ca.crt" }, WantErr: []string{"--s3-ca-bundle"}},
+		{Name: "an absolute CA bundle path is valid", Modify: func(o *Options) { o.S3CABundle = "/etc/s3csi/s3-ca/ca.crt" }},
 		{Name: "a mountpoint image with a space is rejected", Modify: func(o *Options) { o.MountpointImage = "s3csi/mounter :1" }, WantErr: []string{"--mountpoint-image"}},
 		{Name: "an invalid mountpoint namespace is rejected", Modify: func(o *Options) { o.MountpointNamespace = "Mount_S3" }, WantErr: []string{"--mountpoint-namespace"}},
 		{
@@ -79,7 +81,7 @@ func TestAddFlags(t *testing.T) {
 				"--csi-endpoint=unix:///tmp/n.sock", "--kubeconfig=/k", "--log-format=text", "-v=4",
 				"--mountpoint-namespace=mp", "--mountpoint-image=r.example/s3csi/mounter:1", "--attachment-reread-period=3s", "--cleanup-period=5m", "--health-period=2s", "--legacy-token-file=/t",
 				"--resume-wait=3m", "--replay-wait=10m",
-				"--s3-endpoint-url=https://s3.example.com", "--s3-region=eu-west-1", "--s3-path-style=false",
+				"--s3-endpoint-url=https://s3.example.com", "--s3-region=eu-west-1", "--s3-path-style=false", "--s3-ca-bundle=/ca.crt",
 				"--register-with-kubelet=false", "--remove-startup-taint=false", "--kube-api-qps=20", "--kube-api-burst=40",
 			},
 			Want: func(o *Options) {
@@ -101,6 +103,7 @@ func TestAddFlags(t *testing.T) {
 				o.S3EndpointURL = "https://s3.example.com"
 				o.S3Region = "eu-west-1"
 				o.S3PathStyle = false
+				o.S3CABundle = "/ca.crt"
 				o.RegisterWithKubelet = false
 				o.RemoveStartupTaint = false
 				o.KubeAPIQPS = 20

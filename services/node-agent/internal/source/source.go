@@ -137,7 +137,7 @@ func (s *Sources) Keep(ctx context.Context, mp string, pod *corev1.Pod, dev *os.
 	c := &custody{req: proto.CloneOf(sent.Request), driverProfile: sent.DriverCredentials, profiles: sent.Profiles, known: true}
 	// As the exchange sends it (handshake.Keep sets the version): the record is compared with
 	// what the mounter says it serves.
-	c.req.Resume, c.req.Version = false, handshake.Version
+	c.req.Resume, c.req.Version = false, handshake.RequestVersion(c.req)
 	s.open(mp, c)
 	k, err := handshake.Keep(ctx, filepath.Join(commDir, mppod.MountSockName), s.cfg.MounterUID, dev, proto.CloneOf(c.req),
 		s.keepOptions(ctx, mp, pod.UID, c))

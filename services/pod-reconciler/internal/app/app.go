@@ -5,10 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/discovery"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -95,6 +97,15 @@ func newService(ctx context.Context, opts *options.Options) (*service, error) {
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create controller manager: %w", err)
+	}
+	// It writes attachments: on an outdated CRD (the Scality driver's, before the janitor
+	// upgraded it) the API server would drop their readOnly.
+	disco, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("create discovery client: %w", err)
+	}
+	if err := servicecmd.CheckCRD(ctx, mgr.GetAPIReader(), disco.OpenAPIV3(), 5*time.Second, servicecmd.CRDPatience); err != nil {
+		return nil, err
 	}
 	return &service{opts: opts, admin: admin.New(opts.AdminAddr, reg), mgr: mgr, metrics: m, events: eventMetrics}, nil
 }
