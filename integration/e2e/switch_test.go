@@ -20,11 +20,15 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	s3csiv2 "github.com/s3csi/s3csi/shared/api/v2"
+	"github.com/s3csi/s3csi/shared/fixture"
 	"github.com/s3csi/s3csi/shared/mppod"
 
 	"github.com/s3csi/s3csi/integration/cluster"
 	"github.com/s3csi/s3csi/integration/scality"
 )
+
+// scalityExampleOptions are mount options of the Scality driver's example PersistentVolumes.
+var scalityExampleOptions = []string{"allow-delete", "aws-max-attempts 5", "debug-crt", "cache /tmp/s3-pv1-cache", "metadata-ttl 3", "max-cache-size 500"}
 
 // timedReader reads /data/seed.txt every 0.2 s and prints "read <uptime seconds>" or READ-FAILED.
 const timedReader = `while true; do if [ "$(cat /data/seed.txt)" = seed ]; then echo "read $(cut -d' ' -f1 /proc/uptime)"; ` +
@@ -117,10 +121,19 @@ func TestSwitchFromScalityAndBackKeepsReadersReading(t *testing.T) {
 		}
 	})
 
-	pv := staticClaim(ctx, t, ns, "data")
+	// The options of Scality's example PersistentVolumes (aws_max_attempts.yaml,
+	// advanced_local_caching.yaml, debug-logging.yaml): they mount, and the reader is told which
+	// s3csi ignores.
+	pv := staticClaim(ctx, t, ns, "data", fixture.WithMountOptions(scalityExampleOptions...))
 	reader := busybox(ns, "reader", timedReader, claimVolume("data", "data"))
 	create(ctx, t, reader)
 	waitRunning(ctx, t, reader)
+	eventually(ctx, t, "a Warning MountOptionsIgnored Event on the reader naming debug-crt", func() error {
+		if events := podEvents(ctx, reader); !strings.Contains(events, "Warning MountOptionsIgnored") || !strings.Contains(events, "debug-crt") {
+			return fmt.Errorf("events: %s", events)
+		}
+		return nil
+	})
 	old := onlyMountpointPod(ctx, t, pv.Name)
 	stillServing := func(step string) {
 		t.Helper()
