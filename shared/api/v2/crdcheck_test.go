@@ -58,6 +58,22 @@ func outdate(ctx context.Context, t *testing.T, api *testenv.APIServer, oa opena
 	}
 }
 
+// upToDate waits until CheckCRD passes: a new API server, or one that just took a CRD, publishes
+// the group's OpenAPI schema shortly after it serves the group.
+func upToDate(ctx context.Context, t *testing.T, api *testenv.APIServer, oa openapi.Client, what string) {
+	t.Helper()
+	for {
+		err := s3csiv2.CheckCRD(ctx, api.Client, oa)
+		if err == nil {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 func openAPI(t *testing.T, api *testenv.APIServer) openapi.Client {
 	t.Helper()
 	d, err := discovery.NewDiscoveryClientForConfig(api.Config)
@@ -76,9 +92,7 @@ func TestTheStartupCheckNamesTheFixWhenTheCRDLacksSelectableFields(t *testing.T)
 	oa := openAPI(t, api)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := s3csiv2.CheckCRD(ctx, api.Client, oa); err != nil {
-		t.Fatalf("with the chart's CRD: %v", err)
-	}
+	upToDate(ctx, t, api, oa, "with the chart's CRD")
 	err := outdate(ctx, t, api, oa, "selectableFields", func(crd *apiextensionsv1.CustomResourceDefinition) {
 		for i := range crd.Spec.Versions {
 			crd.Spec.Versions[i].SelectableFields = nil
@@ -131,12 +145,7 @@ func TestTheJanitorsApplyUpgradesTheScalityCRD(t *testing.T) {
 	if err := s3csiv2.ApplyCRD(ctx, api.Client); err != nil {
 		t.Fatal(err)
 	}
-	for err = s3csiv2.CheckCRD(ctx, api.Client, oa); err != nil && ctx.Err() == nil; err = s3csiv2.CheckCRD(ctx, api.Client, oa) {
-		time.Sleep(100 * time.Millisecond)
-	}
-	if err != nil {
-		t.Fatalf("after ApplyCRD: %v", err)
-	}
+	upToDate(ctx, t, api, oa, "after ApplyCRD")
 	a := &s3csiv2.MountpointS3PodAttachment{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: "s3pa-"},
 		Spec: s3csiv2.MountpointS3PodAttachmentSpec{
