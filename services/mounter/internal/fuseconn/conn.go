@@ -191,8 +191,9 @@ func (c *Conn) loop() {
 			// ENOENT: the request was interrupted before we read it.
 			c.big.Put(bp)
 			continue
-		case errors.Is(err, syscall.ENODEV):
-			// Unmounted or aborted: the connection is gone.
+		case errors.Is(err, syscall.ENODEV), errors.Is(err, syscall.ECONNABORTED):
+			// Unmounted or aborted: the connection is gone. A read that takes a queued request
+			// (a RELEASE) at the moment an unmount shuts the connection fails with ECONNABORTED.
 			c.big.Put(bp)
 			return
 		default:

@@ -626,3 +626,42 @@ func TestAReplayEndsOnAJournalWhoseParentsFormACycle(t *testing.T) {
 		t.Fatal("the replay of a journal whose parents form a cycle still runs after 20 s")
 	}
 }
+
+// An unmount ends the connection cleanly while the kernel still queues requests (the RELEASEs
+// of files just closed): a read of /dev/fuse that takes a request at the moment the unmount shuts
+// the connection fails with ECONNABORTED instead of ENODEV, and that too is the connection's end.
+func TestAnUnmountWithRequestsQueuedEndsTheConnectionCleanly(t *testing.T) {
+	if _, err := os.Stat("/dev/fuse"); err != nil || os.Geteuid() != 0 {
+		t.Fatalf("this test mounts FUSE: run it as root on a machine with /dev/fuse (%v)", err)
+	}
+	for round := range 200 {
+		dir := t.TempDir()
+		dev, err := mount.FUSE(dir, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := Serve(int(dev.Fd()), newTestFS("", 0, 0), testMountOptions(), Options{}) //nolint:gosec // a descriptor fits
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Raw descriptors: os.Open would register them with the runtime's poller, whose POLL
+		// request this process would then have to answer while it waits on it.
+		fds := make([]int, 64)
+		for i := range fds {
+			if fds[i], err = unix.Open(filepath.Join(dir, "sink"), unix.O_RDONLY|unix.O_CLOEXEC, 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, fd := range fds {
+			_ = unix.Close(fd) // the kernel sends RELEASE in the background
+		}
+		if err := unix.Unmount(dir, 0); err != nil {
+			t.Fatal(err)
+		}
+		werr := c.Wait()
+		_ = dev.Close()
+		if werr != nil {
+			t.Fatalf("round %d: the connection ended with %v after an unmount, want nil", round, werr)
+		}
+	}
+}
