@@ -143,18 +143,39 @@ securityContext:
     type: RuntimeDefault
 {{- end }}
 
-{{/* Scheduling fields of one component: call with its values. */}}
+{{/* Scheduling fields of one component: call with (dict "root" $ "v" <its values>). */}}
 {{- define "s3csi.scheduling" -}}
-{{- with .nodeSelector }}
+{{- with .v.nodeSelector }}
 nodeSelector:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with .affinity }}
-affinity:
+{{- include "s3csi.affinity" (dict "root" .root "affinity" .v.affinity) }}
+{{- with .v.tolerations }}
+tolerations:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with .tolerations }}
-tolerations:
+{{- end }}
+
+{{/* affinity of one component, call with (dict "root" $ "affinity" <its affinity>): its own, with
+every required node selector term also requiring a kubernetes.io/arch the images are built for
+(image.architectures), so that no pod lands on a node whose architecture has no image. The terms
+are alternatives: the requirement goes into each. */}}
+{{- define "s3csi.affinity" -}}
+{{- $aff := deepCopy (.affinity | default dict) }}
+{{- with .root.Values.image.architectures }}
+{{- $arch := dict "key" "kubernetes.io/arch" "operator" "In" "values" . }}
+{{- $na := get $aff "nodeAffinity" | default dict }}
+{{- $req := get $na "requiredDuringSchedulingIgnoredDuringExecution" | default dict }}
+{{- $terms := list }}
+{{- range (get $req "nodeSelectorTerms" | default (list (dict))) }}
+{{- $terms = append $terms (set (deepCopy .) "matchExpressions" (append (get . "matchExpressions" | default list) $arch)) }}
+{{- end }}
+{{- $_ := set $req "nodeSelectorTerms" $terms }}
+{{- $_ = set $na "requiredDuringSchedulingIgnoredDuringExecution" $req }}
+{{- $_ = set $aff "nodeAffinity" $na }}
+{{- end }}
+{{- with $aff }}
+affinity:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end }}
@@ -168,6 +189,21 @@ imagePullSecrets:
   - name: {{ if kindIs "string" . }}{{ . }}{{ else }}{{ .name }}{{ end }}
   {{- end }}
 {{- end }}
+{{- end }}
+
+{{/* Names of the Secrets the Mountpoint Pods pull their image with, comma-separated:
+mountpointPod.imagePullSecrets, or when unset (null) those of imagePullSecrets. */}}
+{{- define "s3csi.mountpointPullSecrets" -}}
+{{- $mp := .Values.mountpointPod }}
+{{- $secrets := .Values.imagePullSecrets }}
+{{- if and (hasKey $mp "imagePullSecrets") (not (kindIs "invalid" $mp.imagePullSecrets)) }}
+{{- $secrets = $mp.imagePullSecrets }}
+{{- end }}
+{{- $names := list }}
+{{- range $secrets }}
+{{- if kindIs "string" . }}{{ $names = append $names . }}{{ else }}{{ $names = append $names .name }}{{ end }}
+{{- end }}
+{{- join "," $names }}
 {{- end }}
 
 {{/* Users of the bundled NATS; each is a key of the auth Secret (shared/events.Users): the

@@ -132,6 +132,7 @@ func (s *service) run(ctx context.Context) error {
 		Mountpoint: reconciler.MountpointPodConfig{
 			Image:              s.opts.MountpointImage,
 			ImagePullPolicy:    corev1.PullPolicy(s.opts.MountpointImagePullPolicy),
+			ImagePullSecrets:   s.opts.MountpointPullSecrets(),
 			PriorityClassName:  s.opts.MountpointPriorityClassName,
 			ServiceAccountName: s.opts.MountpointServiceAccountName,
 			Resources:          resources,

@@ -67,6 +67,9 @@ type Options struct {
 	// a Mountpoint Pod deleted or evicted while workloads use it serves on until the last one
 	// is gone, and at most this long. Whole seconds, at least one.
 	MountpointTerminationGracePeriod time.Duration
+	// MountpointImagePullSecrets names, comma-separated, Secrets in the Mountpoint namespace
+	// that the Mountpoint Pods pull their image with (MountpointPullSecrets splits them).
+	MountpointImagePullSecrets string
 	// MountpointServiceAccountName, when set, is the Mountpoint Pods' service account (a
 	// volume's mountpointPodServiceAccountName attribute overrides it).
 	MountpointServiceAccountName string

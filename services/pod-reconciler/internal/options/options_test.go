@@ -47,6 +47,7 @@ func TestValidate(t *testing.T) {
 		{Name: "an empty Mountpoint image is rejected", Modify: func(o *Options) { o.MountpointImage = " " }, WantErr: []string{"--mountpoint-image"}},
 		{Name: "an unknown pull policy is rejected", Modify: func(o *Options) { o.MountpointImagePullPolicy = "Sometimes" }, WantErr: []string{"--mountpoint-image-pull-policy"}},
 		{Name: "a driver version that is no label value is rejected", Modify: func(o *Options) { o.DriverVersion = "v1/2" }, WantErr: []string{"--driver-version"}},
+		{Name: "an invalid pull Secret name is rejected", Modify: func(o *Options) { o.MountpointImagePullSecrets = "regcred,Not_Valid" }, WantErr: []string{"--mountpoint-image-pull-secrets", "Not_Valid"}},
 		{Name: "an invalid priority class is rejected", Modify: func(o *Options) { o.MountpointPriorityClassName = "Not Valid" }, WantErr: []string{"--mountpoint-priority-class-name"}},
 		{Name: "a termination grace period of zero is rejected", Modify: func(o *Options) { o.MountpointTerminationGracePeriod = 0 }, WantErr: []string{"--mountpoint-termination-grace-period"}},
 		{Name: "a termination grace period in fractions of a second is rejected", Modify: func(o *Options) { o.MountpointTerminationGracePeriod = 1500 * time.Millisecond }, WantErr: []string{"--mountpoint-termination-grace-period"}},
@@ -108,6 +109,7 @@ func TestAddFlags(t *testing.T) {
 				"--driver-version=v2", "--max-concurrent-reconciles=8", "--resync-period=1m", "--stall-timeout=2m",
 				"--event-queue-size=5", "--mountpoint-image=img", "--mountpoint-image-pull-policy=Never",
 				"--mountpoint-priority-class-name=pc", "--mountpoint-service-account-name=sa",
+				"--mountpoint-image-pull-secrets=regcred,mirror",
 				"--mountpoint-cpu-request=1", "--mountpoint-memory-request=2Mi", "--mountpoint-cpu-limit=3",
 				"--mountpoint-memory-limit=4Mi", "--mountpoint-termination-grace-period=90s",
 			},
@@ -115,6 +117,7 @@ func TestAddFlags(t *testing.T) {
 				o.DriverVersion, o.MaxConcurrentReconciles, o.ResyncPeriod, o.StallTimeout = "v2", 8, time.Minute, 2*time.Minute
 				o.EventQueueSize, o.MountpointImage, o.MountpointImagePullPolicy = 5, "img", "Never"
 				o.MountpointPriorityClassName, o.MountpointServiceAccountName = "pc", "sa"
+				o.MountpointImagePullSecrets = "regcred,mirror"
 				o.MountpointTerminationGracePeriod = 90 * time.Second
 				o.MountpointCPURequest, o.MountpointMemoryRequest, o.MountpointCPULimit, o.MountpointMemoryLimit = "1", "2Mi", "3", "4Mi"
 				o.AdminAddr = "127.0.0.1:9000"

@@ -33,6 +33,8 @@ func (o *Options) addReconcilerFlags(fs *pflag.FlagSet) {
 		"image of the Mountpoint Pods, running s3csi-mounter (env MOUNTPOINT_IMAGE)")
 	fs.StringVar(&o.MountpointImagePullPolicy, "mountpoint-image-pull-policy", o.MountpointImagePullPolicy,
 		"Always, IfNotPresent or Never")
+	fs.StringVar(&o.MountpointImagePullSecrets, "mountpoint-image-pull-secrets", o.MountpointImagePullSecrets,
+		"Secrets in the Mountpoint namespace the Mountpoint Pods pull their image with, comma-separated")
 	fs.StringVar(&o.MountpointPriorityClassName, "mountpoint-priority-class-name", o.MountpointPriorityClassName,
 		"priority class of the Mountpoint Pods; empty for none")
 	fs.DurationVar(&o.MountpointTerminationGracePeriod, "mountpoint-termination-grace-period", o.MountpointTerminationGracePeriod,
@@ -81,6 +83,11 @@ func (o *Options) validateReconciler() []error {
 			errs = append(errs, fmt.Errorf("%s %q is not a valid name: %s", flag, name, strings.Join(msgs, "; ")))
 		}
 	}
+	for _, name := range o.MountpointPullSecrets() {
+		if msgs := validation.IsDNS1123Subdomain(name); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("--mountpoint-image-pull-secrets: %q is not a valid Secret name: %s", name, strings.Join(msgs, "; ")))
+		}
+	}
 	if _, err := o.MountpointResources(); err != nil {
 		errs = append(errs, err)
 	}
@@ -113,4 +120,15 @@ func (o *Options) MountpointResources() (corev1.ResourceRequirements, error) {
 		(*q.list)[q.name] = v
 	}
 	return r, nil
+}
+
+// MountpointPullSecrets returns the names of --mountpoint-image-pull-secrets.
+func (o *Options) MountpointPullSecrets() []string {
+	var names []string
+	for n := range strings.SplitSeq(o.MountpointImagePullSecrets, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			names = append(names, n)
+		}
+	}
+	return names
 }

@@ -64,6 +64,8 @@ type MountpointPodConfig struct {
 	Image string
 	// ImagePullPolicy of Image.
 	ImagePullPolicy corev1.PullPolicy
+	// ImagePullSecrets name Secrets in the Mountpoint namespace to pull Image with.
+	ImagePullSecrets []string
 	// PriorityClassName, when set, is the Mountpoint Pods' priority class.
 	PriorityClassName string
 	// ServiceAccountName, when set, is the Mountpoint Pods' service account; a volume's

@@ -63,6 +63,7 @@ func buildMountpointPod(cfg Config, name, node string, pv *corev1.PersistentVolu
 			TerminationGracePeriodSeconds: ptr.To(cfg.Mountpoint.gracePeriodSeconds()),
 			PriorityClassName:             cfg.Mountpoint.PriorityClassName,
 			ServiceAccountName:            serviceAccount,
+			ImagePullSecrets:              pullSecrets(cfg.Mountpoint.ImagePullSecrets),
 			AutomountServiceAccountToken:  ptr.To(false),
 			Affinity:                      nodeAffinity(node),
 			Tolerations:                   []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
@@ -183,4 +184,13 @@ func isOurMountpointPod(pod *corev1.Pod, namespace string) bool {
 // podEnded reports whether a pod has finished for good.
 func podEnded(pod *corev1.Pod) bool {
 	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+}
+
+// pullSecrets references the named Secrets of the Mountpoint namespace.
+func pullSecrets(names []string) []corev1.LocalObjectReference {
+	var refs []corev1.LocalObjectReference
+	for _, n := range names {
+		refs = append(refs, corev1.LocalObjectReference{Name: n})
+	}
+	return refs
 }

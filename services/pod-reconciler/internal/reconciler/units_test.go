@@ -152,7 +152,8 @@ func TestMountpointPodTerminationGracePeriod(t *testing.T) {
 func TestEveryBuiltMountpointPodPassesTheNodeAgentsCheck(t *testing.T) {
 	cfg := Config{MountpointNamespace: "mount-s3", DriverVersion: "v1", Mountpoint: MountpointPodConfig{
 		Image: "registry.example:5000/s3csi/mounter:1.2.3", PriorityClassName: "high", ServiceAccountName: "mp",
-		Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resourceMust("100m")}}}}
+		ImagePullSecrets: []string{"regcred"},
+		Resources:        corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resourceMust("100m")}}}}
 	for _, pv := range []*corev1.PersistentVolume{
 		fixture.PV("plain"),
 		fixture.PV("with-resources", fixture.WithVolumeAttribute("mountpointContainerResourcesLimitsMemory", "1Gi"),
@@ -168,6 +169,9 @@ func TestEveryBuiltMountpointPodPassesTheNodeAgentsCheck(t *testing.T) {
 			}
 			if got := nodeOf(pod); got != "node-a" {
 				t.Fatalf("the pod is bound to %q, want node-a", got)
+			}
+			if got := pod.Spec.ImagePullSecrets; len(got) != 1 || got[0].Name != "regcred" {
+				t.Errorf("image pull secrets %v, want [regcred]", got)
 			}
 			pod.Spec.NodeName = nodeOf(pod) // the scheduler's binding
 			if err := mppodcheck.Verify(pod, mppodcheck.Expected{Namespace: "mount-s3", NodeName: "node-a", Image: cfg.Mountpoint.Image}); err != nil {
