@@ -141,3 +141,23 @@ func TestTheNotesNameThePullSecretsTheMountpointNamespaceLacks(t *testing.T) {
 		t.Errorf("the notes call regcred missing, which exists:\n%s", notes)
 	}
 }
+
+// An image pinned by digest (a tag sha256:<hex>) is referenced as <repository>@sha256:<hex>, which
+// is what a container runtime resolves; <repository>:sha256:<hex> is no reference at all.
+func TestADigestTagPinsTheImage(t *testing.T) {
+	digest := "sha256:" + strings.Repeat("ab", 32)
+	objs := renderWith(t, "--set", "image.registry=registry.example:5000", "--set", "image.tags.mounter="+digest, "--set", "image.tag="+digest)
+	want := "registry.example:5000/s3csi/mounter@" + digest
+	if got := args(container(t, objs, "Deployment", "s3csi-pod-reconciler", "pod-reconciler")); !slices.Contains(got, "--mountpoint-image="+want) {
+		t.Errorf("the pod-reconciler is not given --mountpoint-image=%s: %v", want, got)
+	}
+	for name, spec := range podSpecs(t, objs) {
+		cs, _, _ := unstructured.NestedSlice(spec, "containers")
+		for _, c := range cs {
+			m, _ := c.(map[string]any)
+			if image := fmt.Sprint(m["image"]); !strings.Contains(image, "@"+digest) {
+				t.Errorf("%s runs %s, want an image pinned @%s", name, image, digest)
+			}
+		}
+	}
+}

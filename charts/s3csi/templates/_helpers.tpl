@@ -20,16 +20,18 @@ app.kubernetes.io/instance: {{ .root.Release.Name }}
 app.kubernetes.io/component: {{ .component }}
 {{- end }}
 
-{{/* Image reference: call with (dict "root" $ "key" "nodeAgent"). */}}
+{{/* Image reference: call with (dict "root" $ "key" "nodeAgent"); a tag sha256:<hex> pins the
+image by digest (<repository>@sha256:<hex>). */}}
 {{- define "s3csi.image" -}}
 {{- $img := .root.Values.image -}}
 {{- $repo := index $img.repositories .key -}}
 {{- $tag := default (default .root.Chart.AppVersion $img.tag) (index $img.tags .key) -}}
 {{- $registry := include "s3csi.scality.value" (dict "root" .root "name" "image.registry") -}}
+{{- $sep := hasPrefix "sha256:" $tag | ternary "@" ":" -}}
 {{- if $registry -}}
-{{ trimSuffix "/" $registry }}/{{ $repo }}:{{ $tag }}
+{{ trimSuffix "/" $registry }}/{{ $repo }}{{ $sep }}{{ $tag }}
 {{- else -}}
-{{ $repo }}:{{ $tag }}
+{{ $repo }}{{ $sep }}{{ $tag }}
 {{- end -}}
 {{- end }}
 
