@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -40,13 +41,32 @@ var startFailures = map[string]bool{
 	"CreateContainerConfigError": true, "CreateContainerError": true, "RunContainerError": true,
 }
 
+// pullFailures are the reasons of startFailures that say the image could not be pulled.
+var pullFailures = map[string]bool{"ErrImagePull": true, "ImagePullBackOff": true}
+
 // cannotStart returns an error wrapping ErrCannotStart, with kubelet's reason and message, when
-// a container of pod waits for a reason in startFailures.
+// a container of pod waits for a reason in startFailures. A pull failure also names the Secrets
+// the pod pulls with, or says it has none: kubelet's message names only the image, and a wrong or
+// missing credential is the usual cause.
 func cannotStart(pod *corev1.Pod) error {
 	for _, cs := range append(pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses...) {
-		if w := cs.State.Waiting; w != nil && startFailures[w.Reason] {
-			return fmt.Errorf("%w: container %s: %s: %s", ErrCannotStart, cs.Name, w.Reason, w.Message)
+		w := cs.State.Waiting
+		if w == nil || !startFailures[w.Reason] {
+			continue
 		}
+		err := fmt.Errorf("%w: container %s: %s: %s", ErrCannotStart, cs.Name, w.Reason, w.Message)
+		if pullFailures[w.Reason] {
+			var names []string
+			for _, s := range pod.Spec.ImagePullSecrets {
+				names = append(names, s.Name)
+			}
+			if len(names) == 0 {
+				return fmt.Errorf("%w (the pod pulls with no Secret: the chart's imagePullSecrets or mountpointPod.imagePullSecrets give it some)", err)
+			}
+			return fmt.Errorf("%w (the pod pulls with the Secrets %s of namespace %s: check they exist there and hold this registry's credentials)",
+				err, strings.Join(names, ", "), pod.Namespace)
+		}
+		return err
 	}
 	return nil
 }

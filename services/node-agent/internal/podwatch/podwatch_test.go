@@ -131,3 +131,52 @@ func TestAnImpostorMountpointPodIsNeverReturned(t *testing.T) {
 		t.Fatalf("WaitServing of the pod the pod-reconciler builds: %v, %v", got, err)
 	}
 }
+
+// A Mountpoint Pod whose container cannot start is reported at once with kubelet's reason; a pull
+// failure also names the Secrets the pod pulls with, since kubelet's message names only the image.
+func TestCannotStartSaysWhyAndNamesThePullSecrets(t *testing.T) {
+	waiting := func(reason, msg string, secrets ...string) *corev1.Pod {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "mount-s3", Name: "mp-1"}}
+		for _, s := range secrets {
+			pod.Spec.ImagePullSecrets = append(pod.Spec.ImagePullSecrets, corev1.LocalObjectReference{Name: s})
+		}
+		pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "mounter", State: corev1.ContainerState{
+			Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: msg},
+		}}}
+		return pod
+	}
+	for _, tc := range []struct {
+		name string
+		pod  *corev1.Pod
+		want []string // nil: no error
+	}{
+		{"a container being created is no failure", waiting("ContainerCreating", ""), nil},
+		{"a refused pull names the pull Secrets", waiting("ErrImagePull", "401 Unauthorized", "regcred", "mirror"),
+			[]string{"ErrImagePull: 401 Unauthorized", "the Secrets regcred, mirror of namespace mount-s3"}},
+		{"a pull backing off without a Secret says so", waiting("ImagePullBackOff", "Back-off pulling image"),
+			[]string{"ImagePullBackOff", "pulls with no Secret", "mountpointPod.imagePullSecrets"}},
+		{"a refused configuration names no Secret", waiting("CreateContainerConfigError", "bad", "regcred"),
+			[]string{"CreateContainerConfigError: bad"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := cannotStart(tc.pod)
+			if tc.want == nil {
+				if err != nil {
+					t.Fatalf("cannotStart = %v, want nil", err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrCannotStart) {
+				t.Fatalf("cannotStart = %v, want ErrCannotStart", err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("cannotStart = %q, want it to contain %q", err, w)
+				}
+			}
+			if tc.pod.Status.ContainerStatuses[0].State.Waiting.Reason == "CreateContainerConfigError" && strings.Contains(err.Error(), "regcred") {
+				t.Errorf("cannotStart = %q names pull Secrets for a failure that is no pull", err)
+			}
+		})
+	}
+}
