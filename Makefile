@@ -73,7 +73,7 @@ test: envtest-bins ## Run every module's tests, the services as containers, then
 	@$(MAKE) --no-print-directory test-e2e
 
 .PHONY: e2e-prep
-e2e-prep: cluster-deps podman-deps cluster-bins e2e-upstream-bins images $(CLUSTER) ## Build what the container and e2e suites need: host packages, Kubernetes binaries, images (cached).
+e2e-prep: cluster-deps podman-deps cluster-bins e2e-upstream-bins images images-release chart $(CLUSTER) ## Build what the container and e2e suites need: host packages, Kubernetes binaries, images (cached).
 
 .PHONY: test-containers
 test-containers: tools-test envtest-bins podman-deps images-product ## Run the services and NATS as containers under Podman (integration/containers).
@@ -123,9 +123,10 @@ e2e: e2e-upstream-bins podman-deps cluster-up ## Run the end-to-end suite on the
 	cd integration && $(GO_RELEASE) $(GO) test -vet=off -count=1 -timeout=80m -tags=e2e ./e2e/...
 
 .PHONY: cluster-up
-cluster-up: cluster-deps cluster-bins tools-test images $(CLUSTER) ## Start the cluster (or reuse the running one) and load the images.
+cluster-up: cluster-deps cluster-bins tools-test images images-release chart $(CLUSTER) ## Start the cluster (or reuse the running one), load its own images and push the product's images and chart to its registry.
 	$(CLUSTER) up
 	$(CLUSTER) load-images
+	$(CLUSTER) push
 
 .PHONY: cluster-down
 cluster-down: $(CLUSTER) ## Stop the cluster and restore the host.
@@ -316,7 +317,8 @@ images-verify: ## Import every image tarball into a private containerd and podma
 # each platform's architecture for {arch}). `make images` and its tarballs are not touched.
 RELEASE_DIR    := $(BIN)/release
 RELEASE_ARCHES := amd64 arm64
-# make push REGISTRY=host[:port]/prefix pushes <prefix>/<name>:VERSION; checked before anything is built.
+# make push REGISTRY=host[:port]/prefix pushes <prefix>/<name>:VERSION and the chart as
+# oci://<prefix>/charts/s3csi; checked before anything is built.
 ifneq ($(filter push,$(MAKECMDGOALS)),)
 ifeq ($(strip $(REGISTRY)),)
 $(error usage: make push REGISTRY=host[:port]/prefix (e.g. REGISTRY=ghcr.io/s3csi, or 127.0.0.1:5000/s3csi for a local registry))
@@ -331,9 +333,42 @@ images-release: $(IMAGEBUILD) ## Build the product images for linux/amd64 and li
 	@$(foreach n,$(PRODUCT_IMAGES),$(IMAGEBUILD) index -out $(RELEASE_DIR)/images/$(n) -sbom-dir $(RELEASE_DIR)/sbom \
 	  $(addprefix -platform linux/,$(RELEASE_ARCHES)) $(subst =$(IMAGE_BIN)/,=$(BIN)/linux_{arch}/,$(IMAGE_ARGS_$(n))) &&) true
 
+# The chart as an operator installs it from a registry: `helm package` with VERSION as the chart's
+# version and appVersion, into bin/release/charts/s3csi-VERSION.tgz, every entry's time then made
+# the commit time (helm stamps the time of day), so that equal charts give equal bytes.
+RELEASE_CHART := $(RELEASE_DIR)/charts/s3csi-$(VERSION).tgz
+
+.PHONY: chart
+chart: $(HELM) $(IMAGEBUILD) ## Package charts/s3csi (version and appVersion VERSION) as bin/release/charts/s3csi-VERSION.tgz, reproducibly.
+	@mkdir -p $(RELEASE_DIR)/charts
+	@$(HELM) package charts/s3csi --version $(VERSION) --app-version $(VERSION) --destination $(RELEASE_DIR)/charts >/dev/null
+	@$(IMAGEBUILD) retime -time $(GIT_CREATED) $(RELEASE_CHART)
+
+# The kubectl plugin for each PLUGIN_PLATFORMS: kubectl-s3csi built as `make build` builds it
+# (GO_RELEASE: static, -trimpath; LDFLAGS' version) and stripped as the images' binaries are, into
+# bin/<os>_<arch>/; then bin/release/plugin/kubectl-s3csi_VERSION_<os>_<arch>.tar.gz (the binary
+# and LICENSE, reproducible) and the Krew manifest bin/release/plugin/s3csi.yaml, whose URIs are
+# under RELEASE_URL, where the release's files are published.
+PLUGIN_PLATFORMS := linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
+RELEASE_URL      ?= https://github.com/s3csi/s3csi/releases/download/v$(VERSION)
+plugin_bin        = $(BIN)/$(subst /,_,$(1))/kubectl-s3csi
+
+.PHONY: plugin
+plugin: $(IMAGEBUILD) ## Build kubectl-s3csi for linux and darwin (amd64, arm64) as tarballs with a Krew manifest into bin/release/plugin/.
+	@echo "== go build (kubectl-s3csi for $(PLUGIN_PLATFORMS), VERSION=$(VERSION))"
+	@$(foreach p,$(PLUGIN_PLATFORMS),(cd cli && $(GO_RELEASE) GOOS=$(word 1,$(subst /, ,$(p))) GOARCH=$(word 2,$(subst /, ,$(p))) \
+	  $(GO) build -ldflags "$(IMAGE_LDFLAGS)" -o $(call plugin_bin,$(p)) ./cmd/kubectl-s3csi) &&) true
+	@mkdir -p $(RELEASE_DIR)/plugin
+	@$(IMAGEBUILD) plugin -out $(RELEASE_DIR)/plugin -version $(VERSION) -url $(RELEASE_URL) -homepage $(IMAGE_SOURCE) \
+	  -license LICENSE -created $(GIT_CREATED) $(foreach p,$(PLUGIN_PLATFORMS),-bin $(p)=$(call plugin_bin,$(p)))
+
+.PHONY: release
+release: images-release chart plugin ## Build every release file into bin/release/ (images, chart, plugin), write SHA256SUMS and images.txt, list them with their sizes.
+	@$(IMAGEBUILD) checksums -dir $(RELEASE_DIR)
+
 .PHONY: push
-push: images-release ## Push every release image to REGISTRY=host[:port]/prefix as <prefix>/<name>:VERSION (Docker config credentials).
-	@$(IMAGEBUILD) push -registry $(REGISTRY) $(foreach n,$(PRODUCT_IMAGES),$(RELEASE_DIR)/images/$(n))
+push: images-release chart ## Push the release images to REGISTRY=host[:port]/prefix as <prefix>/<name>:VERSION, the chart as oci://<prefix>/charts/s3csi (Docker config credentials).
+	@$(IMAGEBUILD) push -registry $(REGISTRY) -chart $(RELEASE_CHART) -helm $(HELM) $(foreach n,$(PRODUCT_IMAGES),$(RELEASE_DIR)/images/$(n))
 
 .PHONY: $(IMAGEBUILD)
 $(IMAGEBUILD): # Always handed to go build: its cache makes an unchanged build instant.

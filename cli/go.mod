@@ -6,8 +6,8 @@ require (
 	github.com/go-logr/logr v1.4.4
 	github.com/nats-io/nats.go v1.55.0
 	github.com/s3csi/s3csi/shared v0.0.0
-	github.com/spf13/cobra v1.9.1
-	github.com/spf13/pflag v1.0.6
+	github.com/spf13/cobra v1.10.2
+	github.com/spf13/pflag v1.0.10
 	go.uber.org/goleak v1.3.0
 	google.golang.org/protobuf v1.36.12
 	k8s.io/api v0.34.4

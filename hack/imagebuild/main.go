@@ -1,5 +1,5 @@
-// Command imagebuild builds the project's container images without a container engine: one layer
-// of static binaries and files on an empty base.
+// Command imagebuild builds the project's container images without a container engine (one layer
+// of static binaries and files on an empty base) and the other release files.
 //
 //	imagebuild build -out FILE.tar -ref REF -created TIME -file /bin=host/bin -entrypoint /bin ...
 //	    write the image as a docker-archive tarball (linux/amd64) that `ctr images import` and
@@ -13,9 +13,20 @@
 //	    program must be a Go binary built for its platform with CGO_ENABLED=0; its SPDX SBOM is
 //	    written into DIR as an artifact referring to the image, and as
 //	    SBOMDIR/<base of DIR>-<arch>.spdx.json
-//	imagebuild push -registry HOST[:PORT]/PREFIX DIR...
+//	imagebuild push -registry HOST[:PORT]/PREFIX [-chart CHART.tgz -helm HELM] DIR...
 //	    push each layout's index, its images and their SBOMs to PREFIX/<base of DIR>:<tag>,
-//	    with the Docker config's credentials; plain HTTP only to a loopback registry
+//	    with the Docker config's credentials; plain HTTP only to a loopback registry; then
+//	    `helm push` CHART.tgz to oci://HOST[:PORT]/PREFIX/charts (--plain-http likewise), and
+//	    print the `helm install` of that chart with those images
+//	imagebuild plugin -out DIR -version V -url URL -homepage URL -license FILE -created TIME
+//	    -bin OS/ARCH=kubectl-s3csi...
+//	    write DIR/kubectl-s3csi_V_OS_ARCH.tar.gz (the binary and LICENSE) per -bin, reproducibly,
+//	    and the Krew manifest DIR/s3csi.yaml naming URL/<archive> and its SHA-256
+//	imagebuild retime -time TIME FILE.tgz...
+//	    set every entry's time in each gzip tarball (helm package stamps the time of day)
+//	imagebuild checksums -dir DIR
+//	    write DIR/images.txt (each OCI layout's index digest) and DIR/SHA256SUMS (every other
+//	    file but the layouts' blobs), and list the files and each image's size per platform
 package main
 
 import (

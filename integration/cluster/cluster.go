@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -21,7 +22,7 @@ import (
 // Components in start order; Down stops them in reverse.
 var components = []string{
 	"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
-	"containerd", "kubelet", "kube-proxy", "versitygw",
+	"registry", "containerd", "kubelet", "kube-proxy", "versitygw",
 }
 
 // Up starts the cluster, or returns at once when it already runs. A cluster found half running is
@@ -82,6 +83,9 @@ func (c Config) Up(ctx context.Context, logf func(string, ...any)) error {
 		{"kube-scheduler", c.startScheduler, func(ctx context.Context) error {
 			return httpOK(ctx, "https://127.0.0.1:10259/healthz")
 		}},
+		{"registry", c.startRegistry, func(ctx context.Context) error {
+			return httpOK(ctx, "http://"+c.RegistryHost()+"/v2/")
+		}},
 		{"containerd", c.startContainerd, func(ctx context.Context) error {
 			// A socket file alone proves nothing: one left by an earlier containerd refuses connections.
 			conn, err := (&net.Dialer{}).DialContext(ctx, "unix", c.ContainerdSocket())
@@ -105,13 +109,21 @@ func (c Config) Up(ctx context.Context, logf func(string, ...any)) error {
 		}},
 	} {
 		t := time.Now()
-		if err := step.start(); err != nil {
-			return fmt.Errorf("start %s: %w", step.name, err)
-		}
-		if step.ready != nil {
-			if err := c.waitReady(ctx, step.name, step.ready); err != nil {
+		for attempt := 1; ; attempt++ {
+			if err := step.start(); err != nil {
+				return fmt.Errorf("start %s: %w", step.name, err)
+			}
+			if step.ready == nil {
+				break
+			}
+			err := c.waitReady(ctx, step.name, step.ready)
+			if err == nil {
+				break
+			}
+			if attempt == 3 || !c.startupRace(step.name) {
 				return err
 			}
+			logf("%s died of a race of its own at start (%s): starting it again", step.name, kubeletStartupRace)
 		}
 		logf("%-24s ready in %v", step.name, time.Since(t).Round(10*time.Millisecond))
 	}
@@ -140,6 +152,27 @@ func (c Config) waitReady(ctx context.Context, name string, ready func(context.C
 	}
 }
 
+// kubeletStartupRace is the end of a kubelet v1.34 that lost a race of its own while starting:
+// its node status reads the container manager's capacity while the manager's start writes it
+// (kubernetes/kubernetes#119637, never merged). A kubelet started again comes up.
+const kubeletStartupRace = "fatal error: concurrent map iteration and map write"
+
+// startupRace reports whether the daemon exited of kubeletStartupRace, per the log of its last
+// start (the log file keeps every start, each after a "==== " line).
+func (c Config) startupRace(name string) bool {
+	if _, ok := c.running(name); ok || name != "kubelet" {
+		return false
+	}
+	b, err := os.ReadFile(c.LogFile(name))
+	if err != nil {
+		return false
+	}
+	if i := bytes.LastIndex(b, []byte("\n==== ")); i >= 0 {
+		b = b[i:]
+	}
+	return bytes.Contains(b, []byte(kubeletStartupRace))
+}
+
 func isDaemon(name string) bool {
 	for _, c := range components {
 		if c == name {
@@ -164,7 +197,7 @@ func (c Config) Healthy(ctx context.Context) error {
 // Down stops every process Up started, removes what the pods left (containers, mounts, network
 // namespaces, even under a bind another tool stacked on them, the bridge) and restores the host's
 // iptables rules, sysctls and /run/netns as Up found it. The PKI and the logs
-// stay; etcd's data and the image store go, so the next Up starts an empty cluster.
+// stay; etcd's data, the image store and the registry go, so the next Up starts an empty cluster.
 func (c Config) Down(logf func(string, ...any)) error {
 	var errs []error
 	for _, name := range []string{"kube-proxy", "kubelet"} {
@@ -175,7 +208,7 @@ func (c Config) Down(logf func(string, ...any)) error {
 	if n := killCgroup("kubepods"); n > 0 {
 		logf("killed %d pod processes", n)
 	}
-	for _, name := range []string{"versitygw", "containerd", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"} {
+	for _, name := range []string{"versitygw", "containerd", "registry", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"} {
 		errs = append(errs, c.stop(name, 15*time.Second))
 	}
 	killShims(c.ContainerdSocket())
@@ -183,7 +216,7 @@ func (c Config) Down(logf func(string, ...any)) error {
 	errs = append(errs, releaseNetns(netnsDir(), c.netnsMarker(), logf))
 	if mps, err := mountsUnder(c.KubeletDir, c.StateDir); err == nil && len(mps) == 0 {
 		for _, dir := range []string{c.KubeletDir, filepath.Join(c.StateDir, "etcd"), filepath.Join(c.StateDir, "containerd"),
-			filepath.Join(c.StateDir, "images"), filepath.Join(c.StateDir, "installed-images"), c.S3DataDir(), c.RunDir, "/var/lib/cni/networks/s3csi"} {
+			filepath.Join(c.StateDir, "images"), c.registryDir(), c.releaseTagFile(), c.S3DataDir(), c.RunDir, "/var/lib/cni/networks/s3csi"} {
 			errs = append(errs, os.RemoveAll(dir))
 		}
 	} else {
@@ -264,9 +297,11 @@ func (c Config) render() error {
 		ContainerdSocket string
 		NodeIP           netip.Addr
 		PodRangeLast     netip.Addr
-	}{c, c.ContainerdSocket(), c.NodeIP(), lastAddr(c.PodRange)}
+		RegistryHost     string
+	}{c, c.ContainerdSocket(), c.NodeIP(), lastAddr(c.PodRange), c.RegistryHost()}
 	for src, dst := range map[string]string{
 		"containerd.toml": "containerd.toml",
+		"hosts.toml":      filepath.Join("certs.d", c.RegistryHost(), "hosts.toml"),
 		"cni.conflist":    "cni/10-s3csi.conflist",
 		"kubelet.yaml":    "kubelet.yaml",
 		"kube-proxy.yaml": "kube-proxy.yaml",
@@ -275,6 +310,9 @@ func (c Config) render() error {
 		tmpl, err := template.ParseFiles(filepath.Join(c.RepoRoot, "deploy", "cluster", src))
 		if err != nil {
 			return fmt.Errorf("read template: %w", err)
+		}
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, dst)), 0o755); err != nil {
+			return fmt.Errorf("create config dir: %w", err)
 		}
 		f, err := os.Create(filepath.Join(dir, dst))
 		if err != nil {

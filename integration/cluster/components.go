@@ -146,12 +146,28 @@ func (c Config) startCoreDNS() error {
 // ImageDir is where `make images` writes the image tarballs.
 func (c Config) ImageDir() string { return filepath.Join(c.RepoRoot, "bin", "images") }
 
-// LoadImages imports every image tarball of `make images` into the cluster's containerd, skipping
-// a tarball already imported with the same content.
+// LoadImages imports the cluster's own image tarballs of `make images` (pause, CoreDNS, the test
+// images) into the cluster's containerd, skipping a tarball already imported with the same
+// content. The product's images are not imported: the cluster pulls them from its registry
+// (Push), each s3csi-<image>-<tag>.tar having a release layout <image> beside.
 func (c Config) LoadImages(logf func(string, ...any)) error {
-	tars, err := filepath.Glob(filepath.Join(c.ImageDir(), "*.tar"))
+	all, err := filepath.Glob(filepath.Join(c.ImageDir(), "*.tar"))
 	if err != nil {
 		return fmt.Errorf("list images: %w", err)
+	}
+	layouts, err := c.releaseLayouts()
+	if err != nil {
+		return err
+	}
+	var tars []string
+	for _, tar := range all {
+		product := false
+		for _, l := range layouts {
+			product = product || strings.HasPrefix(filepath.Base(tar), "s3csi-"+filepath.Base(l)+"-")
+		}
+		if !product {
+			tars = append(tars, tar)
+		}
 	}
 	if len(tars) == 0 {
 		return fmt.Errorf("no image tarballs in %s: run `make images`", c.ImageDir())
@@ -202,33 +218,4 @@ func fileSHA256(path string) (string, error) {
 
 func syscallKill(pid int) bool {
 	return !errors.Is(syscall.Kill(pid, syscall.SIGKILL), syscall.ESRCH)
-}
-
-// TagImages gives every project image loaded with tag from (docker.io/s3csi/<name>:<from>) the
-// tag to as well, as a registry holds a new release: the chart can then be upgraded to tag to.
-func (c Config) TagImages(ctx context.Context, from, to string) error {
-	ctr, err := exec.LookPath("ctr")
-	if err != nil {
-		return fmt.Errorf("find ctr (Debian package containerd): %w", err)
-	}
-	base := []string{"--address", c.ContainerdSocket(), "-n", "k8s.io", "images"}
-	out, err := exec.CommandContext(ctx, ctr, append(base, "ls", "-q")...).Output()
-	if err != nil {
-		return fmt.Errorf("list images: %w", err)
-	}
-	n := 0
-	for _, ref := range strings.Fields(string(out)) {
-		name, tag, ok := strings.Cut(ref, ":")
-		if !ok || tag != from || !strings.HasPrefix(name, "docker.io/s3csi/") {
-			continue
-		}
-		if err := run(ctr, append(base, "tag", "--force", ref, name+":"+to)...); err != nil {
-			return fmt.Errorf("tag %s as %s: %w", ref, to, err)
-		}
-		n++
-	}
-	if n == 0 {
-		return fmt.Errorf("no image docker.io/s3csi/*:%s is loaded: run `make cluster-up`", from)
-	}
-	return nil
 }

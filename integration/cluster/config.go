@@ -1,7 +1,8 @@
 // Package cluster starts and stops a real single-node Kubernetes cluster on this machine: etcd,
 // kube-apiserver, kube-controller-manager, kube-scheduler, containerd, kubelet, kube-proxy and
-// CoreDNS, with a CNI bridge for the pod network and versitygw as the S3 server. The demo and the
-// e2e suite run on it; the chart needs no switch of its own to be installed there.
+// CoreDNS, with a CNI bridge for the pod network, versitygw as the S3 server and a registry the
+// product's images and chart are pulled from (registry.go). The demo and the e2e suite run on it;
+// the chart needs no switch of its own to be installed there.
 //
 // Every process is started by PID and stopped by PID (pid files under the state dir), and what the
 // cluster changes on the host (sysctls, iptables rules, the bridge, mounts) is recorded on start
@@ -44,6 +45,8 @@ type Config struct {
 	APIServerPort, EtcdClientPort, EtcdPeerPort int
 	// S3Port is where versitygw listens (HTTPS), on BridgeAddr.
 	S3Port int
+	// RegistryPort is where the cluster's registry listens, on the loopback (registry.go).
+	RegistryPort int
 	// S3AccessKey and S3SecretKey are versitygw's root credentials (a test-only server).
 	S3AccessKey, S3SecretKey string
 }
@@ -66,6 +69,7 @@ func Defaults(repoRoot, kubeBinDir string) Config {
 		EtcdClientPort: 23790,
 		EtcdPeerPort:   23800,
 		S3Port:         7070,
+		RegistryPort:   5000,
 		S3AccessKey:    "S3CSIDEMOACCESSKEY00",
 		S3SecretKey:    "s3csiDemoSecretKey000000000000000000000000",
 	}

@@ -65,7 +65,7 @@ func (c Config) preflight() error {
 	if fs, err := os.ReadFile("/proc/filesystems"); err != nil || !strings.Contains(string(fs), "overlay") {
 		errs = append(errs, errors.New("the kernel has no overlay filesystem, which containerd's snapshotter needs (modprobe overlay)"))
 	}
-	for _, port := range []int{c.APIServerPort, c.EtcdClientPort, c.EtcdPeerPort, 10250, 10257, 10259, 10249, 10256, 10248, c.S3Port} {
+	for _, port := range []int{c.APIServerPort, c.EtcdClientPort, c.EtcdPeerPort, 10250, 10257, 10259, 10249, 10256, 10248, c.S3Port, c.RegistryPort} {
 		l, err := net.Listen("tcp", fmt.Sprintf(":%d", port))
 		if err != nil {
 			errs = append(errs, fmt.Errorf("port %d is in use: stop what listens there (ss -ltnp 'sport = :%d')", port, port))

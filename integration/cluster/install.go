@@ -2,10 +2,8 @@ package cluster
 
 import (
 	"context"
-	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/hex"
 	"fmt"
 	"net/http"
 	"os"
@@ -30,12 +28,21 @@ const (
 // Helm is the pinned helm binary (make tools).
 func (c Config) Helm() string { return filepath.Join(c.RepoRoot, "bin", "helm") }
 
-// InstallChart installs charts/s3csi (or upgrades the release) with the cluster's S3 server and
-// the driver credentials in a Secret, and waits until every workload of the release is ready.
-// extra are more `helm upgrade` arguments (e.g. --set image.tag=...).
+// InstallChart installs the chart from the cluster's registry (or upgrades the release), as an
+// operator installs it from theirs: the images of the last Push, by name from the registry, the
+// cluster's S3 server and the driver credentials in a Secret. It waits until every workload of
+// the release is ready. extra are more `helm upgrade` arguments (e.g. --set image.tag=...).
 func (c Config) InstallChart(ctx context.Context, logf func(string, ...any), extra ...string) error {
 	if _, err := os.Stat(c.Helm()); err != nil {
 		return fmt.Errorf("helm is not built: run `make tools` (%w)", err)
+	}
+	tag, err := c.ReleaseTag()
+	if err != nil {
+		return err
+	}
+	version, err := c.chartVersion()
+	if err != nil {
+		return err
 	}
 	t := time.Now()
 	secret := fmt.Sprintf(`apiVersion: v1
@@ -54,8 +61,9 @@ stringData: {access_key_id: %[3]q, secret_access_key: %[4]q}
 		return fmt.Errorf("create the credentials Secret: %w: %s", err, out.String())
 	}
 	args := append([]string{
-		"upgrade", "--install", ReleaseName, filepath.Join(c.RepoRoot, "charts", "s3csi"),
+		"upgrade", "--install", ReleaseName, c.ChartRef(), "--version", version, "--plain-http",
 		"--kubeconfig", c.Kubeconfig(), "--namespace", ReleaseNamespace,
+		"--set", "image.registry=" + c.RegistryHost(), "--set", "image.tag=" + tag,
 		"--set", "s3.endpointUrl=" + c.S3Endpoint(),
 		// The endpoint's private CA, as an operator gives it (a later --set-file replaces it).
 		"--set-file", "s3.caBundle=" + c.S3CAFile(),
@@ -71,49 +79,7 @@ stringData: {access_key_id: %[3]q, secret_access_key: %[4]q}
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("helm %s: %w:\n%s", strings.Join(args[:3], " "), err, out.String())
 	}
-	if err := c.restartOnNewImages(ctx, logf); err != nil {
-		return err
-	}
 	logf("chart installed (release %s in namespace %s) in %v", ReleaseName, ReleaseNamespace, time.Since(t).Round(100*time.Millisecond))
-	return nil
-}
-
-// restartOnNewImages restarts the release's workloads when the images loaded into the cluster
-// changed since the last install.
-//
-// Problem: a rebuilt image keeps its tag (the chart's appVersion), so `helm upgrade` sees an
-// unchanged pod template and the running pods keep the old binaries.
-// Solution: remember the content of the loaded images at each install; when it differs, roll
-// the release's Deployments, DaemonSet and StatefulSet and wait for them.
-// Invariant: after InstallChart, every pod of the release runs the images last loaded.
-func (c Config) restartOnNewImages(ctx context.Context, logf func(string, ...any)) error {
-	records, err := filepath.Glob(filepath.Join(c.StateDir, "images", "*.sha256"))
-	if err != nil {
-		return fmt.Errorf("list loaded images: %w", err)
-	}
-	h := sha256.New()
-	for _, r := range records { // Glob sorts.
-		b, err := os.ReadFile(r)
-		if err != nil {
-			return fmt.Errorf("read loaded image record: %w", err)
-		}
-		fmt.Fprintf(h, "%s %s\n", filepath.Base(r), b)
-	}
-	sum := hex.EncodeToString(h.Sum(nil))
-	marker := filepath.Join(c.StateDir, "installed-images")
-	old, err := os.ReadFile(marker)
-	if err == nil && string(old) != sum {
-		logf("images changed since the last install: restarting the release's workloads")
-		if err := c.kubectlQuiet(ctx, "-n", ReleaseNamespace, "rollout", "restart", "deployment,daemonset,statefulset"); err != nil {
-			return err
-		}
-		if err := c.kubectlQuiet(ctx, "-n", ReleaseNamespace, "rollout", "status", "deployment,daemonset,statefulset", "--timeout=5m"); err != nil {
-			return err
-		}
-	}
-	if err := os.WriteFile(marker, []byte(sum), 0o644); err != nil {
-		return fmt.Errorf("record installed images: %w", err)
-	}
 	return nil
 }
 

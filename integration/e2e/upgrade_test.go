@@ -47,7 +47,7 @@ func TestChartUpgradeToANewTagKeepsLiveMountsServing(t *testing.T) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 		defer cancel()
-		if err := cfg.InstallChart(ctx, logf, "--set", "image.tag=", "--set", "driverVersion="); err != nil {
+		if err := cfg.InstallChart(ctx, logf, "--set", "driverVersion="); err != nil {
 			t.Errorf("upgrade the release back: %v", err)
 		}
 	})

@@ -16,11 +16,14 @@ import (
 // UsageError is a wrong command line.
 type UsageError struct{ error }
 
-// Main runs one imagebuild subcommand (build, check, list, index or push) and writes its report
-// to w; ctx bounds a push.
+// subcommands are those Main runs.
+const subcommands = "build, check, list, index, push, plugin, retime or checksums"
+
+// Main runs one imagebuild subcommand (build, check, list, index, push, and for the other
+// release files plugin, retime and checksums) and writes its report to w; ctx bounds a push.
 func Main(ctx context.Context, args []string, w io.Writer) error {
 	if len(args) == 0 {
-		return UsageError{fmt.Errorf("want a subcommand: build, check, list, index or push")}
+		return UsageError{fmt.Errorf("want a subcommand: %s", subcommands)}
 	}
 	fs := flag.NewFlagSet("imagebuild "+args[0], flag.ContinueOnError)
 	fs.SetOutput(w)
@@ -69,8 +72,14 @@ func Main(ctx context.Context, args []string, w io.Writer) error {
 		return indexCommand(fs, args[1:], w)
 	case "push":
 		return pushCommand(ctx, fs, args[1:], w)
+	case "plugin":
+		return pluginCommand(fs, args[1:], w)
+	case "retime":
+		return retimeCommand(fs, args[1:], w)
+	case "checksums":
+		return checksumsCommand(fs, args[1:], w)
 	}
-	return UsageError{fmt.Errorf("unknown subcommand %q: want build, check, list, index or push", args[0])}
+	return UsageError{fmt.Errorf("unknown subcommand %q: want %s", args[0], subcommands)}
 }
 
 // indexCommand runs `imagebuild index`: BuildIndex over the spec flags, for each -platform.
@@ -116,18 +125,28 @@ func indexCommand(fs *flag.FlagSet, args []string, w io.Writer) error {
 }
 
 // pushCommand runs `imagebuild push`: each layout's tagged index and its referrers to
-// -registry/<base of the layout directory>:<tag>.
+// -registry/<base of the layout directory>:<tag>, then the -chart with helm to
+// oci://-registry/charts, and prints the `helm install` that installs both.
 func pushCommand(ctx context.Context, fs *flag.FlagSet, args []string, w io.Writer) error {
 	registry := fs.String("registry", "", "host[:port]/prefix to push to, e.g. ghcr.io/s3csi or 127.0.0.1:5000/s3csi")
+	chart := fs.String("chart", "", "a packaged chart (helm package) to push to oci://<registry>/charts after the images")
+	helm := fs.String("helm", "helm", "the helm program that pushes -chart")
 	if err := fs.Parse(args); err != nil {
 		return UsageError{err}
 	}
-	if *registry == "" || fs.NArg() == 0 {
-		return UsageError{fmt.Errorf("want -registry host[:port]/prefix and at least one OCI layout directory")}
+	if *registry == "" || (fs.NArg() == 0 && *chart == "") {
+		return UsageError{fmt.Errorf("want -registry host[:port]/prefix and at least one OCI layout directory or -chart")}
 	}
 	o := push.Options{Registry: *registry}
+	var images []string
 	for _, dir := range fs.Args() {
 		if _, err := o.Repository(filepath.Base(dir)); err != nil {
+			return UsageError{err}
+		}
+		images = append(images, filepath.Base(dir))
+	}
+	if *chart != "" {
+		if _, err := o.Repository("charts"); err != nil {
 			return UsageError{err}
 		}
 	}
@@ -144,7 +163,16 @@ func pushCommand(ctx context.Context, fs *flag.FlagSet, args []string, w io.Writ
 			return err
 		}
 	}
-	return nil
+	if *chart == "" {
+		return nil
+	}
+	r, err := push.Chart(ctx, push.ChartOptions{Registry: *registry, Helm: *helm}, *chart)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "pushed chart %s:%s (%s)\ninstall with: %s\n", r.Ref, r.Version,
+		strings.ReplaceAll(r.Output, "\n", "; "), push.InstallCommand(*registry, r, images))
+	return err
 }
 
 // list prints one line per tarball: reference, compressed size, uid and entrypoint.

@@ -1,11 +1,13 @@
 // Command s3csi-cluster starts and stops the single-node Kubernetes cluster the demo and the e2e
 // suite run on (package integration/cluster).
 //
-//	s3csi-cluster up           start it, or reuse the running one; loads bin/images/*.tar
-//	s3csi-cluster load-images  import changed image tarballs into the running cluster
+//	s3csi-cluster up           start it, or reuse the running one; loads the cluster's own images
+//	s3csi-cluster load-images  import changed cluster image tarballs (not the product's)
+//	s3csi-cluster push         push bin/release/images and the chart to the cluster's registry
+//	s3csi-cluster registry ADDR DIR  serve the registry (the cluster's daemon)
 //	s3csi-cluster status       exit 0 when it runs and its API server is ready
 //	s3csi-cluster down         stop it and restore the host
-//	s3csi-cluster install      install charts/s3csi (or upgrade it) against the cluster's S3
+//	s3csi-cluster install      install the chart from the registry (or upgrade it) against the cluster's S3
 //	s3csi-cluster make-bucket B [KEY TEXT]  create bucket B on the cluster's S3 server, with an object
 //	s3csi-cluster env          print the shell variables to use it (KUBECONFIG, PATH, S3)
 package main
@@ -33,7 +35,13 @@ func main() {
 
 func run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		return errors.New("usage: s3csi-cluster up|down|status|load-images|install|make-bucket NAME|env")
+		return errors.New("usage: s3csi-cluster up|down|status|load-images|push|install|make-bucket NAME|env")
+	}
+	if args[0] == "registry" {
+		if len(args) != 3 {
+			return errors.New("usage: s3csi-cluster registry ADDR DIR")
+		}
+		return cluster.ServeRegistry(ctx, args[1], args[2], cluster.RegistryAuthFromEnv())
 	}
 	cfg, err := cluster.FromEnvironment()
 	if err != nil {
@@ -47,6 +55,9 @@ func run(ctx context.Context, args []string) error {
 		return cfg.Down(logf)
 	case "load-images":
 		return cfg.LoadImages(logf)
+	case "push":
+		return cfg.Push(ctx, logf)
+
 	case "status":
 		if err := cfg.Healthy(ctx); err != nil {
 			return fmt.Errorf("not running: %w", err)
