@@ -46,8 +46,8 @@ func CacheOptions(mountpointNamespace string) cache.Options {
 }
 
 // stripPod keeps what the controllers read of a pod: identity, node, PVC volumes, fsGroup,
-// service account, phase and the PodScheduled condition; labels and annotations only of
-// pods in the Mountpoint namespace.
+// service account, phase and the PodScheduled condition; labels, annotations and the containers'
+// names and images only of pods in the Mountpoint namespace.
 func stripPod(mountpointNamespace string) toolscache.TransformFunc {
 	return func(obj any) (any, error) {
 		pod, ok := obj.(*corev1.Pod)
@@ -62,6 +62,11 @@ func stripPod(mountpointNamespace string) toolscache.TransformFunc {
 				ServiceAccountName: pod.Spec.ServiceAccountName,
 			},
 			Status: corev1.PodStatus{Phase: pod.Status.Phase, Reason: pod.Status.Reason, Message: pod.Status.Message},
+		}
+		if pod.Namespace == mountpointNamespace {
+			for _, c := range pod.Spec.Containers {
+				out.Spec.Containers = append(out.Spec.Containers, corev1.Container{Name: c.Name, Image: c.Image})
+			}
 		}
 		if sc := pod.Spec.SecurityContext; sc != nil && sc.FSGroup != nil {
 			out.Spec.SecurityContext = &corev1.PodSecurityContext{FSGroup: sc.FSGroup}

@@ -16,6 +16,7 @@ import (
 	s3csiv2 "github.com/s3csi/s3csi/shared/api/v2"
 	"github.com/s3csi/s3csi/shared/keymutex"
 	"github.com/s3csi/s3csi/shared/mppod"
+	"github.com/s3csi/s3csi/shared/mppod/mppodcheck"
 
 	"github.com/s3csi/s3csi/services/pod-reconciler/internal/metrics"
 )
@@ -140,10 +141,14 @@ func (s *state) refreshAttachment(ctx context.Context, name string) error {
 }
 
 // acceptsWorkloads reports whether a Mountpoint Pod may take a new workload: it exists, is of
-// this driver version, is not marked needs-unmount, not terminating and not finished.
+// this driver version and runs an image of the repository this version gives Mountpoint Pods
+// (the node-agent hands no mount to a Mountpoint Pod of another: mppodcheck), is not marked
+// needs-unmount, not terminating and not finished.
 func (s *state) acceptsWorkloads(pod *corev1.Pod) bool {
 	return pod != nil &&
 		pod.Labels[s3csiv2.LabelDriverVersion] == s.cfg.DriverVersion &&
+		len(pod.Spec.Containers) == 1 &&
+		mppodcheck.Repository(pod.Spec.Containers[0].Image) == mppodcheck.Repository(s.cfg.Mountpoint.Image) &&
 		pod.Annotations[mppod.AnnotationNeedsUnmount] == "" &&
 		pod.DeletionTimestamp == nil &&
 		!podEnded(pod)

@@ -2,6 +2,7 @@ package reconciler
 
 import (
 	"context"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -97,9 +98,14 @@ func TestStripPodKeepsOnlyWhatTheControllersRead(t *testing.T) {
 		t.Errorf("conditions %v, want only PodScheduled", got.Status.Conditions)
 	}
 	pod.Namespace = "mount-s3"
+	pod.Spec.Containers = []corev1.Container{{Name: "mountpoint", Image: "registry.example/s3csi/mounter:1", Args: []string{"--x"}}}
 	out, _ = stripPod("mount-s3")(pod)
-	if out.(*corev1.Pod).Labels["app"] != "x" {
+	mp := out.(*corev1.Pod)
+	if mp.Labels["app"] != "x" {
 		t.Error("labels of a pod in the Mountpoint namespace dropped")
+	}
+	if want := []corev1.Container{{Name: "mountpoint", Image: "registry.example/s3csi/mounter:1"}}; !reflect.DeepEqual(mp.Spec.Containers, want) {
+		t.Errorf("containers of a Mountpoint Pod %+v, want only their names and images %+v", mp.Spec.Containers, want)
 	}
 }
 

@@ -381,3 +381,41 @@ func TestVolumesWithOneHandleInOnePodAreExplained(t *testing.T) {
 		t.Errorf("a pod whose volumes have distinct handles was told: %q", msgs)
 	}
 }
+
+// A Mountpoint Pod of another image repository (the chart's image.registry or repository
+// changed, as when an operator moves to a registry mirror) gets no new workload: the node-agent
+// refuses to hand a mount to a Mountpoint Pod of a repository other than the one it is told
+// (mppodcheck). The new workload gets a Mountpoint Pod of the new repository; the old one keeps
+// serving its own, as a Mountpoint Pod of an older driver version does.
+func TestAMountpointPodOfAnotherRepositoryGetsNoNewWorkload(t *testing.T) {
+	h := newHarness(t)
+	h.cfg.Mountpoint.Image = "registry-a.example/s3csi/mounter:1.0.0"
+	h.start()
+	h.volume("data")
+	first := h.workload("first", h.node, fixture.WithClaim("vol", "data"))
+	h.assignedTo(h.node, first)
+
+	h.stopManager()
+	h.cfg.Mountpoint.Image = "mirror.example/s3csi/mounter:1.0.0"
+	h.start()
+	second := h.workload("second", h.node, fixture.WithClaim("vol", "data"))
+	h.eventually("the second workload gets a Mountpoint Pod of the new repository", func() error {
+		a := h.assignedTo(h.node, first, second)
+		for mp, ws := range a.Spec.MountpointS3PodAttachments {
+			var pod corev1.Pod
+			if err := h.c.Get(h.ctx, client.ObjectKey{Namespace: h.cfg.MountpointNamespace, Name: mp}, &pod); err != nil {
+				return err
+			}
+			image := pod.Spec.Containers[0].Image
+			for _, w := range ws {
+				if w.WorkloadPodUID == string(second.UID) && image != h.cfg.Mountpoint.Image {
+					return fmt.Errorf("the second workload is on %s, which runs %s", mp, image)
+				}
+			}
+		}
+		if n := len(a.Spec.MountpointS3PodAttachments); n != 2 {
+			return fmt.Errorf("%d Mountpoint Pods, want 2", n)
+		}
+		return nil
+	})
+}
