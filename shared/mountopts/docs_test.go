@@ -3,8 +3,6 @@ package mountopts
 import (
 	"flag"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -13,55 +11,11 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the table of docs/mount-options.md from the policy")
 
-// The table lives between these markers of docs/mount-options.md.
-const (
-	tableBegin = "<!-- mountopts:begin -->"
-	tableEnd   = "<!-- mountopts:end -->"
-)
-
 // TestTheDocsTableIsThePolicy keeps docs/mount-options.md listing exactly the policy's options:
 // one row per option, sorted by name, with its aliases, value, verdict and note.
 func TestTheDocsTableIsThePolicy(t *testing.T) {
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(root, "docs", "mount-options.md")
-	doc, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := string(doc)
-	begin, end := strings.Index(text, tableBegin), strings.Index(text, tableEnd)
-	if begin < 0 || end < begin {
-		t.Fatalf("%s has no %s ... %s section for the table", path, tableBegin, tableEnd)
-	}
-	got, want := text[begin+len(tableBegin):end], docsTable()
-	if got == want {
-		return
-	}
-	if *update {
-		text = text[:begin+len(tableBegin)] + want + text[end:]
-		if err := os.WriteFile(path, []byte(text), 0o644); err != nil { //nolint:gosec // a docs page
-			t.Fatal(err)
-		}
-		return
-	}
-	gotLines, wantLines := strings.Split(got, "\n"), strings.Split(want, "\n")
-	for i := range max(len(gotLines), len(wantLines)) {
-		g, w := lineAt(gotLines, i), lineAt(wantLines, i)
-		if g != w {
-			t.Fatalf("the table of %s differs from the policy at its line %d:\n docs: %s\npolicy: %s\n"+
-				"run `cd shared && GOWORK=off go test ./mountopts -run TestTheDocsTableIsThePolicy -update`", path, i, g, w)
-		}
-	}
-}
-
-func lineAt(lines []string, i int) string {
-	if i < len(lines) {
-		return lines[i]
-	}
-	return "(none)"
+	testenv.DocSection(t, "docs/mount-options.md", "mountopts", docsTable(), *update,
+		"cd shared && GOWORK=off go test ./mountopts -run TestTheDocsTableIsThePolicy -update")
 }
 
 // docsTable renders the policy as the markdown table of the docs.

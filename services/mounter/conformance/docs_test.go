@@ -3,8 +3,6 @@ package conformance
 import (
 	"flag"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -13,56 +11,12 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the conformance table of docs/s3csi-mounter.md from the suite")
 
-// The docs table lives between these markers of docs/s3csi-mounter.md.
-const (
-	tableBegin = "<!-- conformance:begin -->"
-	tableEnd   = "<!-- conformance:end -->"
-)
-
 // TestTheDocsTableIsTheSuite keeps docs/s3csi-mounter.md listing exactly the suite: one row per
 // behavior, in the suite's order, with its test name, words and verdict.
 func TestTheDocsTableIsTheSuite(t *testing.T) {
 	checkSuite(t)
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(root, "docs", "s3csi-mounter.md")
-	doc, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := string(doc)
-	begin, end := strings.Index(text, tableBegin), strings.Index(text, tableEnd)
-	if begin < 0 || end < begin {
-		t.Fatalf("%s has no %s ... %s section for the conformance table", path, tableBegin, tableEnd)
-	}
-	got, want := text[begin+len(tableBegin):end], docsTable()
-	if got == want {
-		return
-	}
-	if *update {
-		text = text[:begin+len(tableBegin)] + want + text[end:]
-		if err := os.WriteFile(path, []byte(text), 0o644); err != nil { //nolint:gosec // a docs page
-			t.Fatal(err)
-		}
-		return
-	}
-	gotLines, wantLines := strings.Split(got, "\n"), strings.Split(want, "\n")
-	for i := range max(len(gotLines), len(wantLines)) {
-		g, w := lineAt(gotLines, i), lineAt(wantLines, i)
-		if g != w {
-			t.Fatalf("the conformance table of %s differs from the suite at its line %d:\n docs: %s\nsuite: %s\n"+
-				"run `cd services/mounter && GOWORK=off go test ./conformance -run TestTheDocsTableIsTheSuite -update`", path, i, g, w)
-		}
-	}
-}
-
-func lineAt(lines []string, i int) string {
-	if i < len(lines) {
-		return lines[i]
-	}
-	return "(none)"
+	testenv.DocSection(t, "docs/s3csi-mounter.md", "conformance", docsTable(), *update,
+		"cd services/mounter && GOWORK=off go test ./conformance -run TestTheDocsTableIsTheSuite -update")
 }
 
 // docsTable renders the suite as the markdown table of the docs.
