@@ -7,11 +7,14 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -112,6 +115,46 @@ func randomID() string {
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// pinBridgeMACs gives each of the test's network bridges that exists its current MAC address as
+// a set one, once.
+//
+// Problem: a Linux bridge whose MAC was never set (netavark's have a random one,
+// addr_assign_type 1) takes the lowest MAC of its ports, so a
+// container joining the network with a lower one changes the gateway's MAC under the containers
+// already there, and their packets to the host (the API server's and S3's forwarders) are lost
+// until their ARP entries expire: a CreateVolume failed after 30 s of "dial tcp 10.89.0.1:…:
+// i/o timeout" (docs/cluster.md says the same of the cluster's bridge).
+// Solution: netavark creates a bridge when the first container joins; right after each container
+// start, a bridge whose MAC is not set yet gets its current one, which never changes after.
+// Invariant: from its first container on, a network's gateway keeps one MAC.
+func (s *stack) pinBridgeMACs() {
+	s.t.Helper()
+	for _, n := range []string{s.apiNet, s.busNet} {
+		dev, err := podman("network", "inspect", "--format", "{{.NetworkInterface}}", n)
+		if err != nil || dev == "" {
+			s.t.Fatalf("bridge of network %s: %q, %v", n, dev, err)
+		}
+		sys := filepath.Join("/sys/class/net", dev)
+		assign, err := os.ReadFile(filepath.Join(sys, "addr_assign_type"))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // no container joined yet
+		}
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		if strings.TrimSpace(string(assign)) == "3" { // NET_ADDR_SET
+			continue
+		}
+		mac, err := os.ReadFile(filepath.Join(sys, "address"))
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		if out, err := exec.Command("ip", "link", "set", "dev", dev, "address", strings.TrimSpace(string(mac))).CombinedOutput(); err != nil {
+			s.t.Fatalf("set the MAC of bridge %s: %v: %s", dev, err, out)
+		}
+	}
 }
 
 // network creates a Podman network for the test and removes it when the test ends.
@@ -268,6 +311,7 @@ func (s *stack) run(req testcontainers.ContainerRequest) testcontainers.Containe
 	ctx, cancel := context.WithTimeout(s.t.Context(), 2*time.Minute)
 	defer cancel()
 	c, err := testcontainers.GenericContainer(ctx, testcontainers.GenericContainerRequest{ContainerRequest: req, Started: true})
+	s.pinBridgeMACs()
 	testcontainers.CleanupContainer(s.t, c)
 	if c != nil {
 		s.t.Cleanup(func() {
