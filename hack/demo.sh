@@ -9,7 +9,7 @@ eval "$($cluster env)"
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 show() { printf '$ %s\n' "$*"; "$@"; }
 
-step "Install the chart (helm upgrade --install)"
+step "Install the chart from the cluster's registry (helm upgrade --install s3csi oci://127.0.0.1:5000/s3csi/charts/s3csi)"
 $cluster install
 
 step "A bucket that already exists, for the static volume"

@@ -33,14 +33,26 @@ func (c Config) Helm() string { return filepath.Join(c.RepoRoot, "bin", "helm") 
 // cluster's S3 server and the driver credentials in a Secret. It waits until every workload of
 // the release is ready. extra are more `helm upgrade` arguments (e.g. --set image.tag=...).
 func (c Config) InstallChart(ctx context.Context, logf func(string, ...any), extra ...string) error {
+	version, err := c.chartVersion()
+	if err != nil {
+		return err
+	}
+	return c.install(ctx, logf, []string{c.ChartRef(), "--version", version, "--plain-http"}, extra)
+}
+
+// InstallChartDir is InstallChart with the chart in dir instead of the registry's, e.g. the chart
+// of an earlier version, with the same values and the images of the last Push.
+func (c Config) InstallChartDir(ctx context.Context, logf func(string, ...any), dir string, extra ...string) error {
+	return c.install(ctx, logf, []string{dir}, extra)
+}
+
+// install runs `helm upgrade --install` of chart (a reference and its flags) with the cluster's
+// values, then extra.
+func (c Config) install(ctx context.Context, logf func(string, ...any), chart, extra []string) error {
 	if _, err := os.Stat(c.Helm()); err != nil {
 		return fmt.Errorf("helm is not built: run `make tools` (%w)", err)
 	}
 	tag, err := c.ReleaseTag()
-	if err != nil {
-		return err
-	}
-	version, err := c.chartVersion()
 	if err != nil {
 		return err
 	}
@@ -60,19 +72,18 @@ stringData: {access_key_id: %[3]q, secret_access_key: %[4]q}
 	if err := apply.Run(); err != nil {
 		return fmt.Errorf("create the credentials Secret: %w: %s", err, out.String())
 	}
-	args := append([]string{
-		"upgrade", "--install", ReleaseName, c.ChartRef(), "--version", version, "--plain-http",
+	args := append(append([]string{"upgrade", "--install", ReleaseName}, chart...),
 		"--kubeconfig", c.Kubeconfig(), "--namespace", ReleaseNamespace,
-		"--set", "image.registry=" + c.RegistryHost(), "--set", "image.tag=" + tag,
-		"--set", "s3.endpointUrl=" + c.S3Endpoint(),
+		"--set", "image.registry="+c.RegistryHost(), "--set", "image.tag="+tag,
+		"--set", "s3.endpointUrl="+c.S3Endpoint(),
 		// The endpoint's private CA, as an operator gives it (a later --set-file replaces it).
-		"--set-file", "s3.caBundle=" + c.S3CAFile(),
-		"--set", "s3CredentialSecret.name=" + CredentialSecret,
+		"--set-file", "s3.caBundle="+c.S3CAFile(),
+		"--set", "s3CredentialSecret.name="+CredentialSecret,
 		// The single-node cluster has no storage provisioner: JetStream keeps its store in an
 		// emptyDir there.
 		"--set", "nats.jetstream.persistence=false",
-		"--wait", "--timeout", "5m",
-	}, extra...)
+		"--wait", "--timeout", "5m")
+	args = append(args, extra...)
 	cmd := exec.CommandContext(ctx, c.Helm(), args...)
 	out.Reset()
 	cmd.Stdout, cmd.Stderr = &out, &out

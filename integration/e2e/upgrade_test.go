@@ -5,6 +5,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -156,4 +158,66 @@ func TestChartUpgradeToANewTagKeepsLiveMountsServing(t *testing.T) {
 			t.Fatalf("the reader's container %s restarted %d times", c.Name, c.RestartCount)
 		}
 	}
+}
+
+// previousChart is the commit whose chart TestUpgradeFromThePreviousChartKeepsAReaderReading
+// starts from: the last version before pull Secrets for Mountpoint Pods, node architectures and
+// the registry install path. (An older chart cannot reach the cluster's S3 server, which speaks
+// HTTPS under a private CA only: private-CA support came with that version.)
+const previousChart = "794d4f5"
+
+// An operator's upgrade from the previous chart to this one (S24): the release runs the previous
+// chart, taken from git as the test packages it, with a reader on a volume; `helm upgrade` to
+// the chart in the registry keeps the reader reading without an error, its Mountpoint Pod keeps
+// serving, and a new pod mounts a volume afterwards.
+func TestUpgradeFromThePreviousChartKeepsAReaderReading(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	logf := func(f string, a ...any) { t.Logf(f, a...) }
+	dir := t.TempDir()
+	var out strings.Builder
+	extract := exec.CommandContext(ctx, "sh", "-c", `git -C "$1" archive "$2" charts/s3csi | tar -x -C "$3"`, "sh", cfg.RepoRoot, previousChart, dir)
+	extract.Stdout, extract.Stderr = &out, &out
+	if err := extract.Run(); err != nil {
+		t.Fatalf("take the chart of %s from git (a clone with its history is needed): %v: %s", previousChart, err, out.String())
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+		defer cancel()
+		if err := cfg.InstallChart(ctx, logf); err != nil {
+			t.Errorf("install this chart back: %v", err)
+		}
+	})
+	if err := cfg.InstallChartDir(ctx, logf, filepath.Join(dir, "charts", "s3csi")); err != nil {
+		t.Fatalf("install the chart of %s: %v", previousChart, err)
+	}
+	ns := namespace(t, "previous")
+	pv := staticClaim(ctx, t, ns, "data")
+	reader := busybox(ns, "reader", timedReader, claimVolume("data", "data"))
+	create(ctx, t, reader)
+	waitRunning(ctx, t, reader)
+	old := onlyMountpointPod(ctx, t, pv.Name)
+
+	start := time.Now()
+	if err := cfg.InstallChart(ctx, logf); err != nil {
+		t.Fatalf("upgrade from the chart of %s: %v", previousChart, err)
+	}
+	t.Logf("helm upgrade --wait from the chart of %s took %v", previousChart, time.Since(start).Round(100*time.Millisecond))
+	time.Sleep(3 * time.Second) // the reader reads on through the new node-agent
+	t.Logf("the reader's longest pause: %v", readPauses(t, podLog(ctx, t, reader)).Round(10*time.Millisecond))
+	if err := getPod(ctx, &old); err != nil || old.DeletionTimestamp != nil {
+		t.Fatalf("the reader's Mountpoint Pod is gone or going after the upgrade: %v", err)
+	}
+	staticClaim(ctx, t, ns, "other")
+	next := busybox(ns, "next", "cat /data/seed.txt; echo \" rc=$?\"; sleep 3600", claimVolume("data", "other"))
+	create(ctx, t, next)
+	eventually(ctx, t, "the next pod reads its volume", func() error {
+		if err := getPod(ctx, next); err != nil || next.Status.Phase == corev1.PodPending {
+			return fmt.Errorf("pending (%v)", err)
+		}
+		if out := podLog(ctx, t, next); !strings.HasPrefix(out, "seed rc=0") {
+			return fmt.Errorf("it printed %q", out)
+		}
+		return nil
+	})
 }
