@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os/exec"
 	"path/filepath"
@@ -212,8 +213,11 @@ func TestUpgradeFromThePreviousChartKeepsAReaderReading(t *testing.T) {
 	next := busybox(ns, "next", "cat /data/seed.txt; echo \" rc=$?\"; sleep 3600", claimVolume("data", "other"))
 	create(ctx, t, next)
 	eventually(ctx, t, "the next pod reads its volume", func() error {
-		if err := getPod(ctx, next); err != nil || next.Status.Phase == corev1.PodPending {
-			return fmt.Errorf("pending (%v)", err)
+		if err := getPod(ctx, next); err != nil {
+			return err
+		}
+		if next.Status.Phase == corev1.PodPending {
+			return errors.New("it is pending")
 		}
 		if out := podLog(ctx, t, next); !strings.HasPrefix(out, "seed rc=0") {
 			return fmt.Errorf("it printed %q", out)
